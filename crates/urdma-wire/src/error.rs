@@ -1,0 +1,39 @@
+//! The error type shared by every parser and emitter of this crate.
+
+/// Why a header or a datagram could not be parsed or emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The input ended before a header (or the ICRC) was complete; carries
+    /// the length of the input that was too short.
+    #[error("packet too short: {0} bytes")]
+    Truncated(usize),
+    /// The BTH opcode is not one this crate knows (RD, CNP, reserved).
+    #[error("unknown opcode {0:#04x}")]
+    UnknownOpcode(u8),
+    /// The BTH transport header version is not 0.
+    #[error("unsupported transport header version {0}")]
+    BadVersion(u8),
+    /// The invariant CRC does not match the packet.
+    #[error("bad ICRC")]
+    BadIcrc,
+    /// The pad count does not fit the packet.
+    #[error("bad pad count")]
+    BadPad,
+    /// The AETH syndrome is a reserved value; carries the syndrome byte.
+    #[error("reserved AETH syndrome {0:#04x}")]
+    BadSyndrome(u8),
+    /// The headers present are not exactly the ones the opcode requires
+    /// (or a payload is present where the opcode allows none).
+    #[error("headers do not match opcode")]
+    HeaderMismatch,
+    /// The source and destination addresses are of different families.
+    #[error("address families differ")]
+    AddressFamily,
+    /// The output buffer is too small for the header being emitted.
+    #[error("buffer too small")]
+    BufferTooSmall,
+    /// The datagram is longer than an IP packet can carry; carries the
+    /// length of the datagram.
+    #[error("datagram too long: {0} bytes")]
+    TooLong(usize),
+}

@@ -1,0 +1,320 @@
+//! Invariant CRC (IBTA Vol 1, Annex A17.3.3).
+//!
+//! Every RoCEv2 packet ends with a 4-byte ICRC. It is the standard CRC-32
+//! (the Ethernet/zlib polynomial, initial value and final inversion, exactly
+//! what [`crc32fast::hash`] computes) over:
+//!
+//! 1. 8 bytes of `0xFF`, standing in for the InfiniBand LRH;
+//! 2. the IP header with its variant fields set to all ones: for IPv4 the
+//!    TOS byte (`0xFF`), the TTL (`0xFF`) and the header checksum
+//!    (`0xFFFF`); for IPv6 the traffic class (`0xFF`), the flow label
+//!    (`0xFFFFF`) and the hop limit (`0xFF`);
+//! 3. the UDP header with its checksum set to `0xFFFF`;
+//! 4. the BTH with its FECN/BECN/reserved byte (byte 4) set to `0xFF`;
+//! 5. the rest of the datagram up to, not including, the ICRC (the other
+//!    headers, the payload and the pad).
+//!
+//! **Byte order on the wire:** the 4 ICRC bytes are the CRC value in
+//! little-endian order (least significant byte first), unlike every other
+//! field of the packet. [`compute_icrc`] returns the CRC value; the wire
+//! bytes are `compute_icrc(..)?.to_le_bytes()`. This was checked against
+//! packets built by scapy's RoCE layer (`tests/data/icrc_vectors.txt`, made
+//! by `tools/gen_icrc_vectors.py`), which packs the zlib CRC-32 the same
+//! way.
+//!
+//! # The pseudo-header
+//!
+//! An ordinary UDP socket sees neither the IP header nor the UDP header, so
+//! both are rebuilt from the addresses in an [`IcrcContext`] and the
+//! datagram length:
+//!
+//! * IPv4: version 4, IHL 5 (no options), total length
+//!   `20 + 8 + datagram length`, identification 0, flags DF with fragment
+//!   offset 0, protocol 17 (UDP), source and destination address.
+//! * IPv6: version 6, payload length `8 + datagram length`, next header 17,
+//!   source and destination address (no extension headers).
+//! * UDP: source port, destination port, length `8 + datagram length`.
+//!
+//! Here "datagram" means the UDP payload including the ICRC itself.
+//!
+//! The IPv4 identification and flags are not variant fields: a receiver
+//! computes the ICRC over the values it actually received. Linux sends DF
+//! with identification 0 only from an *unconnected* UDP socket whose
+//! `IP_MTU_DISCOVER` option is `IP_PMTUDISC_DO` (or `IP_PMTUDISC_PROBE`).
+//! With the default `IP_PMTUDISC_WANT` DF is set but the identification is
+//! a per-destination counter, and a `connect`ed socket uses a per-socket
+//! counter; in both cases the ICRC computed here does not match what a
+//! receiver that sees the real IP header computes. Conversely, a peer whose
+//! IPv4 identification is not 0 (such as Linux rxe, which picks a counter
+//! value) sends ICRCs that [`parse`](crate::parse) rejects; use
+//! [`parse_unchecked`](crate::parse_unchecked) to accept such peers.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use crate::bth::VARIANT_BYTE;
+use crate::{WireError, BTH_LEN, ICRC_LEN};
+
+const LRH_STAND_IN: [u8; 8] = [0xFF; 8];
+const IPV4_HEADER_LEN: usize = 20;
+const IPV6_HEADER_LEN: usize = 40;
+const UDP_HEADER_LEN: usize = 8;
+const IPPROTO_UDP: u8 = 17;
+const IPV4_VERSION_IHL: u8 = 0x45;
+const IPV4_FLAGS_DF: u16 = 0x4000;
+const IPV4_IDENTIFICATION: u16 = 0;
+const MASKED_U8: u8 = 0xFF;
+const MASKED_U16: u16 = 0xFFFF;
+/// Version 6, traffic class and flow label all ones.
+const IPV6_VERSION_TC_FLOW: [u8; 4] = [0x6F, 0xFF, 0xFF, 0xFF];
+
+/// Addresses that the ICRC pseudo-header covers.
+///
+/// For a packet being sent, `src` is the local socket address and `dst` the
+/// peer's; for a received packet, `src` is the peer's address (as returned
+/// by `recv_from`) and `dst` the local address the packet was sent to. Both
+/// must be IPv4 or both IPv6, where an IPv4-mapped IPv6 address
+/// (`::ffff:a.b.c.d`) counts as IPv4; otherwise ICRC computation fails with
+/// [`WireError::AddressFamily`]. IPv6 scope ids and flow info are ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcrcContext {
+    /// Source address and UDP port of the datagram.
+    pub src: SocketAddr,
+    /// Destination address and UDP port of the datagram.
+    pub dst: SocketAddr,
+}
+
+/// The IP addresses of an [`IcrcContext`] after mapping IPv4-mapped IPv6
+/// addresses to IPv4.
+enum Addrs {
+    V4(Ipv4Addr, Ipv4Addr),
+    V6(Ipv6Addr, Ipv6Addr),
+}
+
+impl IcrcContext {
+    /// A context for a datagram from `src` to `dst`.
+    pub fn new(src: SocketAddr, dst: SocketAddr) -> IcrcContext {
+        IcrcContext { src, dst }
+    }
+
+    /// The same addresses for a datagram going the other way.
+    pub fn reversed(self) -> IcrcContext {
+        IcrcContext {
+            src: self.dst,
+            dst: self.src,
+        }
+    }
+
+    fn addrs(&self) -> Result<Addrs, WireError> {
+        match (self.src.ip().to_canonical(), self.dst.ip().to_canonical()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Ok(Addrs::V4(s, d)),
+            (IpAddr::V6(s), IpAddr::V6(d)) => Ok(Addrs::V6(s, d)),
+            _ => Err(WireError::AddressFamily),
+        }
+    }
+}
+
+/// Converts a length to a 16-bit header field, failing if it does not fit.
+fn len16(len: usize, datagram_len: usize) -> Result<[u8; 2], WireError> {
+    u16::try_from(len)
+        .map(u16::to_be_bytes)
+        .map_err(|_| WireError::TooLong(datagram_len))
+}
+
+/// ICRC of a complete datagram without its ICRC field (icrc.rs); returned as
+/// the u32 whose little-endian bytes are the 4 wire bytes.
+///
+/// `datagram_without_icrc` runs from the first byte of the BTH to the last
+/// pad byte; the lengths in the pseudo-header count the 4 ICRC bytes too.
+/// Fails with [`WireError::Truncated`] if it is shorter than a BTH,
+/// [`WireError::AddressFamily`] if the context mixes IPv4 and IPv6, and
+/// [`WireError::TooLong`] if the datagram does not fit in an IP packet.
+pub fn compute_icrc(datagram_without_icrc: &[u8], ctx: &IcrcContext) -> Result<u32, WireError> {
+    let len = datagram_without_icrc.len();
+    let (bth, rest) = datagram_without_icrc
+        .split_at_checked(BTH_LEN)
+        .ok_or(WireError::Truncated(len))?;
+    let datagram_len = len.checked_add(ICRC_LEN).ok_or(WireError::TooLong(len))?;
+    let udp_len = datagram_len
+        .checked_add(UDP_HEADER_LEN)
+        .ok_or(WireError::TooLong(datagram_len))?;
+
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&LRH_STAND_IN);
+    match ctx.addrs()? {
+        Addrs::V4(src, dst) => {
+            let total_len = udp_len
+                .checked_add(IPV4_HEADER_LEN)
+                .ok_or(WireError::TooLong(datagram_len))?;
+            hasher.update(&[IPV4_VERSION_IHL, MASKED_U8]);
+            hasher.update(&len16(total_len, datagram_len)?);
+            hasher.update(&IPV4_IDENTIFICATION.to_be_bytes());
+            hasher.update(&IPV4_FLAGS_DF.to_be_bytes());
+            hasher.update(&[MASKED_U8, IPPROTO_UDP]);
+            hasher.update(&MASKED_U16.to_be_bytes());
+            hasher.update(&src.octets());
+            hasher.update(&dst.octets());
+        }
+        Addrs::V6(src, dst) => {
+            hasher.update(&IPV6_VERSION_TC_FLOW);
+            hasher.update(&len16(udp_len, datagram_len)?);
+            hasher.update(&[IPPROTO_UDP, MASKED_U8]);
+            hasher.update(&src.octets());
+            hasher.update(&dst.octets());
+        }
+    }
+    hasher.update(&ctx.src.port().to_be_bytes());
+    hasher.update(&ctx.dst.port().to_be_bytes());
+    hasher.update(&len16(udp_len, datagram_len)?);
+    hasher.update(&MASKED_U16.to_be_bytes());
+
+    let mut masked_bth = [0u8; BTH_LEN];
+    masked_bth.copy_from_slice(bth);
+    if let Some(b) = masked_bth.get_mut(VARIANT_BYTE) {
+        *b = MASKED_U8;
+    }
+    hasher.update(&masked_bth);
+    hasher.update(rest);
+    Ok(hasher.finalize())
+}
+
+/// Checks the ICRC at the end of a complete datagram (BTH .. ICRC).
+///
+/// Fails with [`WireError::BadIcrc`] on a mismatch, and as
+/// [`compute_icrc`] does otherwise.
+pub fn check_icrc(datagram: &[u8], ctx: &IcrcContext) -> Result<(), WireError> {
+    let len = datagram.len();
+    let body_len = len
+        .checked_sub(ICRC_LEN)
+        .filter(|&body| body >= BTH_LEN)
+        .ok_or(WireError::Truncated(len))?;
+    let (body, icrc) = datagram
+        .split_at_checked(body_len)
+        .ok_or(WireError::Truncated(len))?;
+    let wire: [u8; ICRC_LEN] = icrc.try_into().map_err(|_| WireError::Truncated(len))?;
+    if compute_icrc(body, ctx)? == u32::from_le_bytes(wire) {
+        Ok(())
+    } else {
+        Err(WireError::BadIcrc)
+    }
+}
+
+/// IPv4 header plus UDP header length, for callers sizing IP packets.
+pub const IP_UDP_OVERHEAD_V4: usize = IPV4_HEADER_LEN + UDP_HEADER_LEN;
+/// IPv6 header plus UDP header length.
+pub const IP_UDP_OVERHEAD_V6: usize = IPV6_HEADER_LEN + UDP_HEADER_LEN;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(src: &str, dst: &str) -> IcrcContext {
+        let parse = |s: &str| s.parse::<SocketAddr>();
+        match (parse(src), parse(dst)) {
+            (Ok(s), Ok(d)) => IcrcContext::new(s, d),
+            _ => panic!("bad test address"),
+        }
+    }
+
+    /// A SEND_ONLY to QP 0x11 with PSN 0 and 4 payload bytes.
+    const DATAGRAM: [u8; 16] = [
+        0x04, 0x00, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x11, 0x00, 0x00, 0x00, 0x00, 1, 2, 3, 4,
+    ];
+
+    /// The CRC input written out byte by byte for an IPv4 context.
+    fn reference_v4() -> Vec<u8> {
+        let mut v = vec![0xFF; 8];
+        v.extend_from_slice(&[0x45, 0xFF, 0x00, 48, 0x00, 0x00, 0x40, 0x00]);
+        v.extend_from_slice(&[0xFF, 17, 0xFF, 0xFF, 10, 0, 0, 1, 10, 0, 0, 2]);
+        v.extend_from_slice(&[0xC3, 0x50, 0x12, 0xB7, 0x00, 28, 0xFF, 0xFF]);
+        v.extend_from_slice(&[0x04, 0x00, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x11]);
+        v.extend_from_slice(&[0x00, 0x00, 0x00, 0x00, 1, 2, 3, 4]);
+        v
+    }
+
+    #[test]
+    fn ipv4_pseudo_header_layout() {
+        let c = ctx("10.0.0.1:50000", "10.0.0.2:4791");
+        assert_eq!(
+            compute_icrc(&DATAGRAM, &c),
+            Ok(crc32fast::hash(&reference_v4()))
+        );
+    }
+
+    #[test]
+    fn ipv6_pseudo_header_layout() {
+        let c = ctx("[fe80::1]:50000", "[2001:db8::2]:4791");
+        let mut v = vec![0xFF; 8];
+        v.extend_from_slice(&[0x6F, 0xFF, 0xFF, 0xFF, 0x00, 28, 17, 0xFF]);
+        v.extend_from_slice(&[0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        v.extend_from_slice(&[0x20, 0x01, 0x0D, 0xB8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        v.extend_from_slice(&[0xC3, 0x50, 0x12, 0xB7, 0x00, 28, 0xFF, 0xFF]);
+        v.extend_from_slice(&[0x04, 0x00, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x11]);
+        v.extend_from_slice(&[0x00, 0x00, 0x00, 0x00, 1, 2, 3, 4]);
+        assert_eq!(compute_icrc(&DATAGRAM, &c), Ok(crc32fast::hash(&v)));
+    }
+
+    #[test]
+    fn mapped_ipv6_counts_as_ipv4() {
+        let plain = ctx("10.0.0.1:50000", "10.0.0.2:4791");
+        let mapped = ctx("[::ffff:10.0.0.1]:50000", "10.0.0.2:4791");
+        let both = ctx("[::ffff:10.0.0.1]:50000", "[::ffff:10.0.0.2]:4791");
+        let expected = compute_icrc(&DATAGRAM, &plain);
+        assert!(expected.is_ok());
+        assert_eq!(compute_icrc(&DATAGRAM, &mapped), expected);
+        assert_eq!(compute_icrc(&DATAGRAM, &both), expected);
+    }
+
+    #[test]
+    fn mixed_families_fail() {
+        let c = ctx("10.0.0.1:1", "[2001:db8::1]:4791");
+        assert_eq!(compute_icrc(&DATAGRAM, &c), Err(WireError::AddressFamily));
+        assert_eq!(
+            compute_icrc(&DATAGRAM, &c.reversed()),
+            Err(WireError::AddressFamily)
+        );
+    }
+
+    #[test]
+    fn ecn_byte_is_masked_but_others_are_not() {
+        let c = ctx("10.0.0.1:50000", "10.0.0.2:4791");
+        let base = compute_icrc(&DATAGRAM, &c);
+        let mut ecn = DATAGRAM;
+        ecn[VARIANT_BYTE] = 0xC0;
+        assert_eq!(compute_icrc(&ecn, &c), base);
+        for i in (0..DATAGRAM.len()).filter(|&i| i != VARIANT_BYTE) {
+            let mut other = DATAGRAM;
+            other[i] ^= 0x01;
+            assert_ne!(compute_icrc(&other, &c), base, "byte {i}");
+        }
+        assert_ne!(compute_icrc(&DATAGRAM, &c.reversed()), base);
+    }
+
+    #[test]
+    fn check_reads_little_endian_icrc() {
+        let c = ctx("10.0.0.1:50000", "10.0.0.2:4791");
+        let crc = crc32fast::hash(&reference_v4());
+        let mut datagram = DATAGRAM.to_vec();
+        datagram.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(check_icrc(&datagram, &c), Ok(()));
+        let mut swapped = DATAGRAM.to_vec();
+        swapped.extend_from_slice(&crc.to_be_bytes());
+        assert_eq!(check_icrc(&swapped, &c), Err(WireError::BadIcrc));
+    }
+
+    #[test]
+    fn short_and_long_inputs() {
+        let c = ctx("10.0.0.1:1", "10.0.0.2:2");
+        assert_eq!(compute_icrc(&[0; 11], &c), Err(WireError::Truncated(11)));
+        assert_eq!(check_icrc(&[0; 15], &c), Err(WireError::Truncated(15)));
+        // The largest datagram that fits an IPv4 packet, and one byte more.
+        let max = 65_535 - IP_UDP_OVERHEAD_V4 - ICRC_LEN;
+        let big = vec![0u8; max + 1];
+        assert!(compute_icrc(big.get(..max).unwrap_or_default(), &c).is_ok());
+        assert_eq!(compute_icrc(&big, &c), Err(WireError::TooLong(max + 5)));
+        let c6 = ctx("[::1]:1", "[::1]:2");
+        let max6 = 65_535 - UDP_HEADER_LEN - ICRC_LEN;
+        let big6 = vec![0u8; max6 + 1];
+        assert!(compute_icrc(big6.get(..max6).unwrap_or_default(), &c6).is_ok());
+        assert_eq!(compute_icrc(&big6, &c6), Err(WireError::TooLong(max6 + 5)));
+    }
+}

@@ -1,0 +1,59 @@
+//! Completion queues.
+
+use super::device::Device;
+use crate::cq::CqShared;
+use crate::error::{Error, Result};
+use crate::types::WorkCompletion;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A completion queue. Cloning shares it.
+#[derive(Clone, Debug)]
+pub struct Cq {
+    pub(crate) shared: Arc<CqShared>,
+    _dev: Device,
+}
+
+impl Cq {
+    pub(crate) fn new(dev: Device, cqn: u32, cqe: usize) -> Self {
+        Cq {
+            shared: Arc::new(CqShared::new(cqn, cqe)),
+            _dev: dev,
+        }
+    }
+
+    /// CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.shared.cqn
+    }
+
+    /// Capacity.
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity()
+    }
+
+    /// Take up to `max` completions without blocking. A CQ that overran
+    /// returns [`Error::CqOverrun`] once its entries are taken.
+    pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>> {
+        let mut v = Vec::new();
+        self.shared.poll(max, &mut v)?;
+        Ok(v)
+    }
+
+    /// Block until completions arrive (or `timeout` passes), then take up to `max`.
+    pub fn wait(&self, max: usize, timeout: Option<Duration>) -> Result<Vec<WorkCompletion>> {
+        let mut v = Vec::new();
+        self.shared.wait(max, timeout, &mut v)?;
+        Ok(v)
+    }
+
+    /// Block for exactly one completion.
+    pub fn wait_one(&self, timeout: Option<Duration>) -> Result<WorkCompletion> {
+        self.wait(1, timeout)?.pop().ok_or(Error::Timeout)
+    }
+
+    /// Arm completion notification (see [`CqShared::req_notify`]).
+    pub fn req_notify(&self, solicited_only: bool) {
+        self.shared.req_notify(solicited_only);
+    }
+}

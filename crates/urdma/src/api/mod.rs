@@ -1,0 +1,19 @@
+//! The safe Rust API: Arc-owned handles over one device's engine.
+//!
+//! Buffers are registered memory owned by an [`Mr`]; work requests name
+//! them through [`MrSlice`]s. A slice handed to the engine keeps its region
+//! alive, and [`Mr::read_at`] / [`Mr::write_at`] refuse ranges that a
+//! posted work request is still using, so a buffer can be neither freed nor
+//! reused while in flight.
+
+mod cq;
+mod device;
+mod mr;
+mod qp;
+mod wr;
+
+pub use cq::Cq;
+pub use device::{Device, DeviceConfig};
+pub use mr::{Mr, MrSlice, Pd, RemoteBuf};
+pub use qp::{ConnectOptions, Endpoint, Qp, QpInitAttr};
+pub use wr::{RecvWr, SendWr};

@@ -1,0 +1,227 @@
+//! Queue pairs, endpoints and connection setup.
+
+use super::cq::Cq;
+use super::mr::Pd;
+use super::wr::{RecvWr, SendWr};
+use crate::error::{Error, Result};
+use crate::types::{AccessFlags, Mtu, QpAttrMask, QpState, QpType};
+use crate::verbs::{AddressVector, Gid, QpAttr, QpCap};
+use serde::{Deserialize, Serialize};
+
+/// Attributes for creating a QP.
+#[derive(Clone, Debug)]
+pub struct QpInitAttr<'a> {
+    /// Transport.
+    pub qp_type: QpType,
+    /// CQ of send completions.
+    pub send_cq: &'a Cq,
+    /// CQ of receive completions.
+    pub recv_cq: &'a Cq,
+    /// Queue capacities.
+    pub cap: QpCap,
+    /// Signal every send WR.
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInitAttr<'a> {
+    /// An RC QP with default capacities.
+    pub fn rc(send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
+        QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq,
+            recv_cq,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// What a peer needs to connect to a QP, exchanged out of band (serde).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// GID of the device (its IP address).
+    pub gid: Gid,
+    /// UDP port of the device.
+    pub port: u16,
+    /// QP number.
+    pub qpn: u32,
+    /// First PSN the QP will send.
+    pub psn: u32,
+    /// Largest MTU the QP's port supports.
+    pub mtu: Mtu,
+}
+
+/// Parameters of [`Qp::connect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Remote access allowed on this QP.
+    pub access: AccessFlags,
+    /// Path MTU (lowered to what both ends support).
+    pub mtu: Mtu,
+    /// ACK timeout code (4.096 us * 2^timeout).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR NAK timer code sent to the peer.
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/atomic requests issued.
+    pub max_rd_atomic: u8,
+    /// Incoming READ/atomic requests accepted.
+    pub max_dest_rd_atomic: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            mtu: Mtu::Mtu4096,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+        }
+    }
+}
+
+/// A queue pair. Dropping it destroys the QP (its queued work is discarded).
+pub struct Qp {
+    pd: Pd,
+    _send_cq: Cq,
+    _recv_cq: Cq,
+    qpn: u32,
+    qp_type: QpType,
+    initial_psn: u32,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp").field("qpn", &self.qpn).field("qp_type", &self.qp_type).finish()
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let qpn = self.qpn;
+        let _ = self.pd.device().inner.driver.with_engine(|e, _| e.destroy_qp(qpn));
+    }
+}
+
+impl Pd {
+    /// Create a QP in the RESET state.
+    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
+        let pdn = self.pdn();
+        let (scq, rcq) = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
+        let qpn = self
+            .device()
+            .inner
+            .driver
+            .with_engine(|e, _| e.create_qp(pdn, init.qp_type, init.cap, init.sq_sig_all, scq, rcq))?;
+        Ok(Qp {
+            pd: self.clone(),
+            _send_cq: init.send_cq.clone(),
+            _recv_cq: init.recv_cq.clone(),
+            qpn,
+            qp_type: init.qp_type,
+            initial_psn: rand::random::<u32>() & urdma_wire::PSN_MASK,
+        })
+    }
+}
+
+impl Qp {
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Transport.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// This QP's endpoint, for the peer.
+    pub fn endpoint(&self) -> Endpoint {
+        let dev = self.pd.device();
+        Endpoint {
+            gid: dev.gid(0).unwrap_or_default(),
+            port: dev.local_addr().port(),
+            qpn: self.qpn,
+            psn: self.initial_psn,
+            mtu: dev.port_attr().active_mtu,
+        }
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let qpn = self.qpn;
+        self.pd.device().inner.driver.with_engine(|e, now| e.modify_qp(now, qpn, attr, mask))
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> Result<QpAttr> {
+        let qpn = self.qpn;
+        self.pd.device().inner.driver.inspect(|e| e.query_qp(qpn))
+    }
+
+    /// Bring an RC or UC QP from RESET to RTS, connected to `remote`.
+    pub fn connect(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
+        if self.qp_type == QpType::Ud {
+            return Err(Error::inval("UD QPs are not connected"));
+        }
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: opts.access,
+            port_num: 1,
+            pkey_index: 0,
+            ..QpAttr::default()
+        };
+        self.modify(&a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)?;
+        a.qp_state = QpState::Rtr;
+        a.path_mtu = opts.mtu.min(remote.mtu).min(self.endpoint().mtu);
+        a.dest_qp_num = remote.qpn;
+        a.rq_psn = remote.psn;
+        a.ah_attr = AddressVector {
+            dgid: remote.gid,
+            udp_port: remote.port,
+            ..AddressVector::default()
+        };
+        a.max_dest_rd_atomic = opts.max_dest_rd_atomic;
+        a.min_rnr_timer = opts.min_rnr_timer;
+        let mut m = QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
+        if self.qp_type == QpType::Rc {
+            m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+        }
+        self.modify(&a, m)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = self.initial_psn;
+        a.timeout = opts.timeout;
+        a.retry_cnt = opts.retry_cnt;
+        a.rnr_retry = opts.rnr_retry;
+        a.max_rd_atomic = opts.max_rd_atomic;
+        let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+        if self.qp_type == QpType::Rc {
+            m |= QpAttrMask::TIMEOUT | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY | QpAttrMask::MAX_QP_RD_ATOMIC;
+        }
+        self.modify(&a, m)
+    }
+
+    /// Post a send work request.
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        let qpn = self.qpn;
+        let req = wr.into_request();
+        self.pd.device().inner.driver.with_engine(|e, now| e.post_send(now, qpn, req))
+    }
+
+    /// Post a receive work request.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        let qpn = self.qpn;
+        let req = wr.into_request();
+        self.pd.device().inner.driver.with_engine(|e, now| e.post_recv(now, qpn, req))
+    }
+}

@@ -1,0 +1,300 @@
+//! The completer: ACKs, NAKs, READ responses and atomic ACKs received by
+//! the requester, the retransmission timer, and completion of send WQEs.
+
+use super::qp::QpCtx;
+use super::wqe::{Payload, SendOp};
+use super::{drop_packet, psn, requester, Ctx};
+use crate::mr::scatter;
+use crate::types::{QpState, WcStatus};
+use urdma_wire::{rnr_timer_micros, AckSyndrome, NakCode, OpKind, Packet};
+
+/// PSN of the next packet the send pointer would transmit.
+fn send_psn(qp: &QpCtx) -> u32 {
+    match qp.req.sq.get(qp.req.send_pos) {
+        Some(w) => psn::add(w.first_psn, qp.req.send_pkt),
+        None => qp.req.tail_psn,
+    }
+}
+
+fn outstanding(qp: &QpCtx) -> bool {
+    psn::diff(send_psn(qp), qp.req.una) > 0
+}
+
+/// Move the send pointer back to `to` (go-back-N).
+fn rewind(qp: &mut QpCtx, to: u32) {
+    qp.req.rd_atomic.clear();
+    for (i, w) in qp.req.sq.iter().enumerate() {
+        let d = psn::diff(to, w.first_psn);
+        if d >= 0 && (d as u32) < w.npsn {
+            qp.req.send_pos = i;
+            qp.req.send_pkt = d as u32;
+            return;
+        }
+    }
+    qp.req.send_pos = qp.req.sq.len();
+    qp.req.send_pkt = 0;
+}
+
+/// Note forward progress: reset retry counters and the timer.
+fn progressed(qp: &mut QpCtx, cx: &Ctx<'_>) {
+    qp.req.retry_left = qp.attr.retry_cnt;
+    qp.req.rnr_left = qp.attr.rnr_retry;
+    qp.req.gap_rewind = None;
+    while let Some(&last) = qp.req.rd_atomic.front() {
+        if psn::lt(last, qp.req.una) {
+            qp.req.rd_atomic.pop_front();
+        } else {
+            break;
+        }
+    }
+    qp.req.timer = if outstanding(qp) {
+        qp.ack_timeout_ns().map(|t| cx.now + t)
+    } else {
+        None
+    };
+}
+
+/// Fail the head WQE and move the QP to ERR.
+fn fail(qp: &mut QpCtx, cx: &mut Ctx<'_>, status: WcStatus, vendor_err: u32) {
+    tracing::debug!(qpn = qp.qpn, ?status, "send work request failed");
+    qp.complete_head(cx, status, vendor_err);
+    qp.enter_error(cx, None);
+}
+
+/// Complete every SEND/WRITE that ends before `p`. Returns false (after
+/// rewinding) if an unfinished READ or atomic lies before `p`: its
+/// responses were lost.
+fn settle_before(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
+    while let Some(w) = qp.req.sq.front() {
+        if qp.req.send_pos == 0 && qp.req.send_pkt == 0 {
+            break;
+        }
+        let last = psn::add(w.first_psn, w.npsn - 1);
+        if !psn::lt(last, p) {
+            break;
+        }
+        if w.op.is_read_or_atomic() {
+            let una = qp.req.una;
+            rewind(qp, una);
+            return false;
+        }
+        qp.req.una = psn::add(last, 1);
+        qp.complete_head(cx, WcStatus::Success, 0);
+        progressed(qp, cx);
+    }
+    true
+}
+
+/// Acknowledge everything up to and including `p`.
+fn ack_through(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) {
+    let next = psn::add(p, 1);
+    if psn::diff(next, qp.req.una) <= 0 || psn::diff(p, qp.req.high_psn) >= 0 {
+        return;
+    }
+    if !settle_before(qp, cx, next) {
+        return;
+    }
+    if let Some(w) = qp.req.sq.front() {
+        let sent = !(qp.req.send_pos == 0 && qp.req.send_pkt == 0);
+        if sent && psn::le(w.first_psn, p) {
+            if w.op.is_read_or_atomic() {
+                // The responder executed it, yet its responses never came.
+                let una = qp.req.una;
+                rewind(qp, una);
+                return;
+            }
+            qp.req.una = next;
+            progressed(qp, cx);
+        }
+    }
+}
+
+/// Handle a response packet (ACK, NAK, READ response, atomic ACK).
+pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
+    if !matches!(qp.state(), QpState::Rts | QpState::Sqd) {
+        drop_packet(qp, cx, "response in a state that expects none");
+        return;
+    }
+    let p = pkt.repr.bth.psn;
+    if psn::diff(p, qp.req.high_psn) >= 0 {
+        drop_packet(qp, cx, "response for a PSN never sent");
+        return;
+    }
+    match pkt.repr.bth.opcode.info().kind {
+        OpKind::Ack => {
+            let Some(aeth) = pkt.repr.aeth else { return };
+            on_aeth(qp, cx, p, aeth.syndrome);
+        }
+        OpKind::ReadResponse => on_read_response(qp, cx, pkt),
+        OpKind::AtomicAck => on_atomic_ack(qp, cx, pkt),
+        _ => drop_packet(qp, cx, "not a response"),
+    }
+}
+
+fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
+    match syndrome {
+        AckSyndrome::Ack { .. } => ack_through(qp, cx, p),
+        AckSyndrome::RnrNak { timer } => {
+            qp.counters.rnr_naks_received += 1;
+            cx.counters.rnr_naks_received += 1;
+            if psn::lt(p, qp.req.una) {
+                return;
+            }
+            ack_through(qp, cx, psn::prev(p));
+            if qp.req.rnr_left == 0 {
+                fail(qp, cx, WcStatus::RnrRetryExcErr, 0);
+                return;
+            }
+            if qp.req.rnr_left != 7 {
+                qp.req.rnr_left -= 1;
+            }
+            rewind(qp, p);
+            qp.req.rnr_until = Some(cx.now + rnr_timer_micros(timer) * 1000);
+            qp.req.timer = None;
+        }
+        AckSyndrome::Nak(code) => {
+            if psn::lt(p, qp.req.una) {
+                return;
+            }
+            ack_through(qp, cx, psn::prev(p));
+            if code == NakCode::PsnSequenceError {
+                qp.counters.seq_naks_received += 1;
+                cx.counters.seq_naks_received += 1;
+                if qp.req.retry_left == 0 {
+                    fail(qp, cx, WcStatus::RetryExcErr, 0);
+                    return;
+                }
+                qp.req.retry_left -= 1;
+                let una = qp.req.una;
+                rewind(qp, una);
+                return;
+            }
+            qp.counters.error_naks_received += 1;
+            cx.counters.error_naks_received += 1;
+            let status = match code {
+                NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                _ => WcStatus::RemInvReqErr,
+            };
+            fail(qp, cx, status, syndrome.to_u8() as u32);
+        }
+    }
+}
+
+/// Common checks of READ responses and atomic ACKs: settle earlier
+/// WQEs, insist on in-order arrival. Returns true if `p` is the next
+/// expected response PSN of the head WQE.
+fn accept_in_order(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
+    if psn::lt(p, qp.req.una) {
+        qp.counters.duplicates += 1;
+        cx.counters.duplicates += 1;
+        return false;
+    }
+    // WQEs wholly before the head WQE holding p.
+    loop {
+        let Some(w) = qp.req.sq.front() else { return false };
+        let d = psn::diff(p, w.first_psn);
+        if d >= 0 && (d as u32) < w.npsn {
+            break;
+        }
+        if d < 0 || !settle_before(qp, cx, psn::add(psn::add(w.first_psn, w.npsn - 1), 1)) {
+            return false;
+        }
+    }
+    if p != qp.req.una {
+        // A response is missing: ask again once per gap.
+        if qp.req.gap_rewind != Some(qp.req.una) {
+            qp.req.gap_rewind = Some(qp.req.una);
+            let una = qp.req.una;
+            rewind(qp, una);
+        }
+        return false;
+    }
+    true
+}
+
+fn on_read_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
+    let p = pkt.repr.bth.psn;
+    if !accept_in_order(qp, cx, p) {
+        drop_packet(qp, cx, "READ response out of order");
+        return;
+    }
+    let mtu = qp.mtu();
+    let Some(w) = qp.req.sq.front() else { return };
+    if w.op != SendOp::Read {
+        fail(qp, cx, WcStatus::BadRespErr, 0);
+        return;
+    }
+    let k = psn::diff(p, w.first_psn) as usize;
+    let off = k * mtu;
+    let expect = mtu.min(w.len.saturating_sub(off));
+    if pkt.payload.len() != expect {
+        fail(qp, cx, WcStatus::BadRespErr, 0);
+        return;
+    }
+    let ok = match &w.payload {
+        Payload::Sges(s) => scatter(s, off, pkt.payload).is_ok(),
+        Payload::Inline(_) => false,
+    };
+    if !ok {
+        fail(qp, cx, WcStatus::LocProtErr, 0);
+        return;
+    }
+    let done = k + 1 == w.npsn as usize;
+    qp.req.una = psn::add(p, 1);
+    if done {
+        qp.complete_head(cx, WcStatus::Success, 0);
+    }
+    progressed(qp, cx);
+}
+
+fn on_atomic_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
+    let p = pkt.repr.bth.psn;
+    if !accept_in_order(qp, cx, p) {
+        drop_packet(qp, cx, "atomic ACK out of order");
+        return;
+    }
+    let Some(w) = qp.req.sq.front() else { return };
+    let Some(ack) = pkt.repr.atomic_ack_eth else { return };
+    if !w.op.is_atomic() {
+        fail(qp, cx, WcStatus::BadRespErr, 0);
+        return;
+    }
+    let ok = match &w.payload {
+        Payload::Sges(s) => scatter(s, 0, &ack.orig.to_ne_bytes()).is_ok(),
+        Payload::Inline(_) => false,
+    };
+    if !ok {
+        fail(qp, cx, WcStatus::LocProtErr, 0);
+        return;
+    }
+    qp.req.una = psn::add(p, 1);
+    qp.complete_head(cx, WcStatus::Success, 0);
+    progressed(qp, cx);
+}
+
+/// Handle the retransmission timer, then transmit what is allowed.
+pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+    if let Some(t) = qp.req.timer {
+        if cx.now >= t {
+            qp.req.timer = None;
+            if outstanding(qp) && matches!(qp.state(), QpState::Rts | QpState::Sqd) {
+                qp.counters.timeouts += 1;
+                cx.counters.timeouts += 1;
+                if qp.req.retry_left == 0 {
+                    fail(qp, cx, WcStatus::RetryExcErr, 0);
+                    return;
+                }
+                qp.req.retry_left -= 1;
+                let una = qp.req.una;
+                rewind(qp, una);
+                qp.req.timer = qp.ack_timeout_ns().map(|t| cx.now + t);
+            }
+        }
+    }
+    if qp.req.rnr_until.is_some_and(|t| cx.now >= t) {
+        qp.req.rnr_until = None;
+        qp.req.timer = qp.ack_timeout_ns().map(|t| cx.now + t);
+    }
+    requester::pump(qp, cx);
+}

@@ -1,0 +1,229 @@
+//! The protocol engine of one urdma device: a deterministic state machine
+//! fed datagrams, work requests and the time, returning datagrams to send,
+//! completions (into CQs) and timer deadlines. It does no I/O itself.
+
+pub mod counters;
+mod completer;
+mod objects;
+pub mod psn;
+pub mod qp;
+mod requester;
+mod responder;
+mod tx;
+pub mod wqe;
+
+pub use counters::Counters;
+pub use objects::{RecvRequest, SendData, SendRequest, SgEntry};
+
+use crate::mr::MrEntry;
+use crate::types::{AsyncEvent, AsyncEventKind};
+use crate::verbs::DeviceAttr;
+use qp::QpCtx;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use urdma_wire::{IcrcContext, OpKind, WireError};
+
+/// A datagram for the fabric to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination address and UDP port.
+    pub dst: SocketAddr,
+    /// UDP payload: BTH through ICRC.
+    pub data: Vec<u8>,
+}
+
+/// Outputs collected while the engine handles one input.
+pub struct Ctx<'a> {
+    /// Current time in ns.
+    pub now: u64,
+    /// Local device address.
+    pub local: SocketAddr,
+    /// Registered memory by key.
+    pub mrs: &'a HashMap<u32, Arc<MrEntry>>,
+    /// Datagrams to send.
+    pub tx: &'a mut VecDeque<Transmit>,
+    /// Device counters.
+    pub counters: &'a mut Counters,
+    /// Async events raised.
+    pub events: &'a mut Vec<AsyncEvent>,
+    /// Source address of the datagram being handled.
+    pub last_src: SocketAddr,
+}
+
+impl Ctx<'_> {
+    /// Raise an asynchronous event.
+    pub fn event(&mut self, kind: AsyncEventKind, object: u32) {
+        self.events.push(AsyncEvent { kind, object });
+    }
+}
+
+/// One device's engine.
+pub struct Engine {
+    local: SocketAddr,
+    attr: DeviceAttr,
+    pds: HashSet<u32>,
+    next_pd: u32,
+    mrs: HashMap<u32, Arc<MrEntry>>,
+    qps: HashMap<u32, QpCtx>,
+    next_qpn: u32,
+    tx: VecDeque<Transmit>,
+    counters: Counters,
+    events: Vec<AsyncEvent>,
+    rng: rand::rngs::StdRng,
+}
+
+impl Engine {
+    /// An engine for a device at `local` with limits `attr`.
+    pub fn new(local: SocketAddr, attr: DeviceAttr, seed: Option<u64>) -> Self {
+        use rand::{Rng, SeedableRng};
+        let mut rng = match seed {
+            Some(s) => rand::rngs::StdRng::seed_from_u64(s),
+            None => rand::rngs::StdRng::from_entropy(),
+        };
+        let next_qpn = rng.gen_range(0x100..0x8000);
+        Engine {
+            local,
+            attr,
+            pds: HashSet::new(),
+            next_pd: 1,
+            mrs: HashMap::new(),
+            qps: HashMap::new(),
+            next_qpn,
+            tx: VecDeque::new(),
+            counters: Counters::default(),
+            events: Vec::new(),
+            rng,
+        }
+    }
+
+    /// Local device address.
+    pub fn local(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Device attributes.
+    pub fn attr(&self) -> &DeviceAttr {
+        &self.attr
+    }
+
+    /// Device counters.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Counters of one QP.
+    pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
+        self.qps.get(&qpn).map(|q| q.counters)
+    }
+
+    /// Numbers of the live QPs.
+    pub fn qp_numbers(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.qps.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Take the datagrams produced so far.
+    pub fn drain_tx(&mut self) -> std::collections::vec_deque::Drain<'_, Transmit> {
+        self.tx.drain(..)
+    }
+
+    /// Take the async events raised so far.
+    pub fn take_events(&mut self) -> Vec<AsyncEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    fn split(&mut self, now: u64) -> (&mut HashMap<u32, QpCtx>, Ctx<'_>) {
+        self.split_from(now, self.local)
+    }
+
+    fn split_from(&mut self, now: u64, src: SocketAddr) -> (&mut HashMap<u32, QpCtx>, Ctx<'_>) {
+        (
+            &mut self.qps,
+            Ctx {
+                now,
+                local: self.local,
+                mrs: &self.mrs,
+                tx: &mut self.tx,
+                counters: &mut self.counters,
+                events: &mut self.events,
+                last_src: src,
+            },
+        )
+    }
+
+    /// The earliest timer deadline of any QP.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.qps
+            .values()
+            .flat_map(|q| [q.req.timer, q.req.rnr_until])
+            .flatten()
+            .min()
+    }
+
+    /// Run expired timers.
+    pub fn handle_timeouts(&mut self, now: u64) {
+        let (qps, mut cx) = self.split(now);
+        for qp in qps.values_mut() {
+            completer::on_timer(qp, &mut cx);
+        }
+    }
+
+    /// Process one received datagram from `src`.
+    pub fn handle_datagram(&mut self, now: u64, src: SocketAddr, data: &[u8]) {
+        let ctx = IcrcContext {
+            src,
+            dst: self.local,
+        };
+        let pkt = match urdma_wire::parse(data, &ctx) {
+            Ok(p) => p,
+            Err(e) => {
+                match e {
+                    WireError::BadIcrc => self.counters.icrc_errors += 1,
+                    _ => self.counters.header_errors += 1,
+                }
+                tracing::debug!(%src, error = %e, "dropped malformed packet");
+                return;
+            }
+        };
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += data.len() as u64;
+        let qpn = pkt.repr.bth.dest_qp;
+        let (qps, mut cx) = self.split_from(now, src);
+        let Some(qp) = qps.get_mut(&qpn) else {
+            cx.counters.dropped += 1;
+            tracing::debug!(qpn, "packet for unknown QP dropped");
+            return;
+        };
+        qp.counters.rx_packets += 1;
+        qp.counters.rx_bytes += data.len() as u64;
+        let info = pkt.repr.bth.opcode.info();
+        let transport_ok = matches!(
+            (info.transport, qp.qp_type),
+            (urdma_wire::Transport::Rc, crate::types::QpType::Rc)
+                | (urdma_wire::Transport::Uc, crate::types::QpType::Uc)
+                | (urdma_wire::Transport::Ud, crate::types::QpType::Ud)
+        );
+        if !transport_ok {
+            drop_packet(qp, &mut cx, "transport does not match the QP");
+            return;
+        }
+        if qp.qp_type != crate::types::QpType::Ud && qp.remote != Some(src) {
+            drop_packet(qp, &mut cx, "packet not from the connected peer");
+            return;
+        }
+        match info.kind {
+            OpKind::ReadResponse | OpKind::Ack | OpKind::AtomicAck => completer::on_response(qp, &mut cx, &pkt),
+            _ => responder::on_request(qp, &mut cx, &pkt),
+        }
+        requester::pump(qp, &mut cx);
+    }
+}
+
+/// Count and log a dropped packet.
+pub(crate) fn drop_packet(qp: &mut QpCtx, cx: &mut Ctx<'_>, why: &str) {
+    qp.counters.dropped += 1;
+    cx.counters.dropped += 1;
+    tracing::trace!(qpn = qp.qpn, why, "packet dropped");
+}

@@ -1,0 +1,490 @@
+//! The engine's command interface: creating, modifying and destroying
+//! PDs, MRs and QPs, and posting work requests. Every call validates its
+//! input against IB semantics and the device limits.
+
+use super::qp::QpCtx;
+use super::wqe::{Payload, RecvWqe, SendOp, SendWqe, UdDest};
+use super::{psn, requester, Engine};
+use crate::cq::CqShared;
+use crate::error::{Error, Result};
+use crate::mem::MemRegion;
+use crate::mr::{LocalSge, MrEntry};
+use crate::types::{AccessFlags, QpAttrMask as M, QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
+use crate::verbs::modify::check_transition;
+use crate::verbs::{QpAttr, QpCap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use urdma_wire::{PSN_MASK, QPN_MASK};
+
+/// One scatter/gather element as a verbs caller gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SgEntry {
+    /// Virtual address (in the MR's IOVA space).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Local key.
+    pub lkey: u32,
+}
+
+/// Data of a send request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendData {
+    /// Gather list of registered memory.
+    Sges(Vec<SgEntry>),
+    /// Inline bytes (copied at post time).
+    Inline(Vec<u8>),
+}
+
+/// A send work request (`ibv_send_wr`) as the engine takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendRequest {
+    /// Caller's identifier.
+    pub wr_id: u64,
+    /// Operation.
+    pub op: SendOp,
+    /// Local data.
+    pub data: SendData,
+    /// Remote VA (WRITE, READ, atomics).
+    pub remote_va: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Generate a completion.
+    pub signaled: bool,
+    /// Solicited event.
+    pub solicited: bool,
+    /// Destination of a UD send.
+    pub ud: Option<UdDest>,
+}
+
+/// A receive work request (`ibv_recv_wr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvRequest {
+    /// Caller's identifier.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sges: Vec<SgEntry>,
+}
+
+/// Largest message (2^31 bytes, as IBTA allows).
+pub const MAX_MSG_SIZE: usize = 1 << 31;
+
+impl Engine {
+    /// Allocate a protection domain.
+    pub fn alloc_pd(&mut self) -> Result<u32> {
+        if self.pds.len() >= self.attr.max_pd as usize {
+            return Err(Error::Exhausted("protection domains".into()));
+        }
+        let pd = self.next_pd;
+        self.next_pd = self.next_pd.wrapping_add(1).max(1);
+        self.pds.insert(pd);
+        Ok(pd)
+    }
+
+    /// Free a protection domain with no MR or QP left in it.
+    pub fn dealloc_pd(&mut self, pd: u32) -> Result<()> {
+        if !self.pds.contains(&pd) {
+            return Err(Error::NotFound(format!("pd {pd}")));
+        }
+        if self.mrs.values().any(|m| m.pd == pd) || self.qps.values().any(|q| q.pd == pd) {
+            return Err(Error::Busy(format!("pd {pd} still has MRs or QPs")));
+        }
+        self.pds.remove(&pd);
+        Ok(())
+    }
+
+    /// Register `mem` in `pd`, visible at `iova`, with a fresh unpredictable key.
+    pub fn reg_mr(&mut self, pd: u32, access: AccessFlags, iova: u64, mem: MemRegion) -> Result<Arc<MrEntry>> {
+        use rand::Rng;
+        if !self.pds.contains(&pd) {
+            return Err(Error::NotFound(format!("pd {pd}")));
+        }
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(Error::inval("remote write or atomic access requires local write"));
+        }
+        if mem.len() as u64 > self.attr.max_mr_size {
+            return Err(Error::inval("region larger than max_mr_size"));
+        }
+        if iova.checked_add(mem.len() as u64).is_none() {
+            return Err(Error::inval("iova + length overflows"));
+        }
+        if self.mrs.len() >= self.attr.max_mr as usize {
+            return Err(Error::Exhausted("memory regions".into()));
+        }
+        let key = loop {
+            let k: u32 = self.rng.gen();
+            if k != 0 && !self.mrs.contains_key(&k) {
+                break k;
+            }
+        };
+        let entry = Arc::new(MrEntry::new(key, pd, access, iova, mem));
+        self.mrs.insert(key, entry.clone());
+        Ok(entry)
+    }
+
+    /// Deregister an MR; in-flight work keeps the memory alive until done.
+    pub fn dereg_mr(&mut self, key: u32) -> Result<Arc<MrEntry>> {
+        self.mrs.remove(&key).ok_or_else(|| Error::NotFound(format!("mr key {key:#x}")))
+    }
+
+    /// Create a QP in the RESET state.
+    pub fn create_qp(
+        &mut self,
+        pd: u32,
+        qp_type: QpType,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<CqShared>,
+        recv_cq: Arc<CqShared>,
+    ) -> Result<u32> {
+        if !self.pds.contains(&pd) {
+            return Err(Error::NotFound(format!("pd {pd}")));
+        }
+        let a = &self.attr;
+        if cap.max_send_wr > a.max_qp_wr || cap.max_recv_wr > a.max_qp_wr {
+            return Err(Error::inval(format!("queue depth above max_qp_wr {}", a.max_qp_wr)));
+        }
+        if cap.max_send_sge > a.max_sge || cap.max_recv_sge > a.max_sge {
+            return Err(Error::inval(format!("SGE count above max_sge {}", a.max_sge)));
+        }
+        if cap.max_inline_data > a.max_inline_data {
+            return Err(Error::inval(format!("inline size above {}", a.max_inline_data)));
+        }
+        if self.qps.len() >= a.max_qp as usize {
+            return Err(Error::Exhausted("queue pairs".into()));
+        }
+        let qpn = loop {
+            let n = self.next_qpn;
+            self.next_qpn = if n >= QPN_MASK { 0x100 } else { n + 1 };
+            if !self.qps.contains_key(&n) {
+                break n;
+            }
+        };
+        let qp = QpCtx::new(qpn, qp_type, pd, cap, sq_sig_all, send_cq, recv_cq);
+        self.qps.insert(qpn, qp);
+        Ok(qpn)
+    }
+
+    /// Destroy a QP; its queued work is dropped without completions.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        self.qps.remove(&qpn).map(|_| ()).ok_or_else(|| Error::NotFound(format!("qp {qpn}")))
+    }
+
+    /// True if some QP uses the CQ.
+    pub fn cq_in_use(&self, cqn: u32) -> bool {
+        self.qps.values().any(|q| q.send_cq.cqn == cqn || q.recv_cq.cqn == cqn)
+    }
+
+    /// Current attributes of a QP.
+    pub fn query_qp(&self, qpn: u32) -> Result<QpAttr> {
+        let qp = self.qps.get(&qpn).ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        let mut a = qp.attr;
+        a.cur_qp_state = a.qp_state;
+        a.sq_psn = qp.req.tail_psn;
+        a.rq_psn = qp.resp.epsn;
+        a.sq_draining = a.qp_state == QpState::Sqd && !qp.req.sq.is_empty();
+        Ok(a)
+    }
+
+    /// Modify a QP (`ibv_modify_qp`): validate the transition, mask and
+    /// values, then apply them.
+    pub fn modify_qp(&mut self, now: u64, qpn: u32, attr: &QpAttr, mask: M) -> Result<()> {
+        let dev = self.attr.clone();
+        let local = self.local;
+        let (qps, mut cx) = self.split(now);
+        let qp = qps.get_mut(&qpn).ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        let cur = qp.state();
+        let to = check_transition(qp.qp_type, cur, mask, attr.qp_state, attr.cur_qp_state)?;
+        validate_values(attr, mask, &dev, local)?;
+        if mask.contains(M::CAP) {
+            return Err(Error::inval("resizing QP queues is not supported"));
+        }
+        apply(qp, attr, mask);
+        match to {
+            QpState::Reset => qp.reset(),
+            QpState::Err => {
+                qp.enter_error(&mut cx, None);
+            }
+            QpState::Rtr if cur == QpState::Init => {
+                qp.attr.qp_state = QpState::Rtr;
+                qp.resp.epsn = qp.attr.rq_psn;
+                qp.resp.nak_sent = false;
+            }
+            QpState::Rts if cur == QpState::Rtr => {
+                qp.attr.qp_state = QpState::Rts;
+                qp.req.tail_psn = qp.attr.sq_psn;
+                qp.req.una = qp.attr.sq_psn;
+                qp.req.high_psn = qp.attr.sq_psn;
+                qp.req.retry_left = qp.attr.retry_cnt;
+                qp.req.rnr_left = qp.attr.rnr_retry;
+            }
+            QpState::Sqd => {
+                qp.attr.qp_state = QpState::Sqd;
+                qp.req.drained_reported = false;
+            }
+            s => qp.attr.qp_state = s,
+        }
+        requester::pump(qp, &mut cx);
+        Ok(())
+    }
+
+    /// Post a send work request.
+    pub fn post_send(&mut self, now: u64, qpn: u32, wr: SendRequest) -> Result<()> {
+        let (qps, mut cx) = self.split(now);
+        let qp = qps.get_mut(&qpn).ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        let state = qp.state();
+        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(Error::WrongState(state));
+        }
+        if qp.req.sq.len() >= qp.cap.max_send_wr as usize {
+            return Err(Error::Exhausted("send queue full".into()));
+        }
+        let mut wqe = build_send_wqe(qp, cx.mrs, wr)?;
+        if state == QpState::Err {
+            let wc = WorkCompletion::new(wqe.wr_id, WcStatus::WrFlushErr, wqe.op.wc_opcode(), qpn);
+            drop(wqe);
+            qp.push_wc(&mut cx, wc, false, false);
+            return Ok(());
+        }
+        if qp.qp_type != QpType::Ud {
+            wqe.first_psn = qp.req.tail_psn;
+            qp.req.tail_psn = psn::add(qp.req.tail_psn, wqe.npsn);
+        }
+        qp.req.sq.push_back(wqe);
+        requester::pump(qp, &mut cx);
+        Ok(())
+    }
+
+    /// Post a receive work request.
+    pub fn post_recv(&mut self, now: u64, qpn: u32, wr: RecvRequest) -> Result<()> {
+        let (qps, mut cx) = self.split(now);
+        let qp = qps.get_mut(&qpn).ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        if qp.state() == QpState::Reset {
+            return Err(Error::WrongState(QpState::Reset));
+        }
+        if wr.sges.len() > qp.cap.max_recv_sge as usize {
+            return Err(Error::inval(format!("{} SGEs above max_recv_sge {}", wr.sges.len(), qp.cap.max_recv_sge)));
+        }
+        if qp.rq.len() >= qp.cap.max_recv_wr as usize {
+            return Err(Error::Exhausted("receive queue full".into()));
+        }
+        let sges = resolve_sges(cx.mrs, qp.pd, &wr.sges, AccessFlags::LOCAL_WRITE)
+            .map_err(|e| Error::inval(format!("receive buffer: {e}")))?;
+        let len = crate::mr::total_len(&sges);
+        let wqe = RecvWqe { wr_id: wr.wr_id, sges, len };
+        if qp.state() == QpState::Err {
+            let wc = WorkCompletion::new(wqe.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qpn);
+            drop(wqe);
+            qp.push_wc(&mut cx, wc, true, false);
+            return Ok(());
+        }
+        qp.rq.push_back(wqe);
+        Ok(())
+    }
+}
+
+fn validate_values(a: &QpAttr, mask: M, dev: &crate::verbs::DeviceAttr, local: SocketAddr) -> Result<()> {
+    if mask.contains(M::PORT) && a.port_num != 1 {
+        return Err(Error::inval(format!("port {} does not exist", a.port_num)));
+    }
+    if mask.contains(M::PKEY_INDEX) && a.pkey_index != 0 {
+        return Err(Error::inval(format!("pkey index {} out of range", a.pkey_index)));
+    }
+    if mask.contains(M::RQ_PSN) && a.rq_psn > PSN_MASK {
+        return Err(Error::inval("rq_psn wider than 24 bits"));
+    }
+    if mask.contains(M::SQ_PSN) && a.sq_psn > PSN_MASK {
+        return Err(Error::inval("sq_psn wider than 24 bits"));
+    }
+    if mask.contains(M::DEST_QPN) && a.dest_qp_num > QPN_MASK {
+        return Err(Error::inval("dest_qp_num wider than 24 bits"));
+    }
+    if mask.contains(M::TIMEOUT) && a.timeout > 31 {
+        return Err(Error::inval("timeout above 31"));
+    }
+    if mask.contains(M::RETRY_CNT) && a.retry_cnt > 7 {
+        return Err(Error::inval("retry_cnt above 7"));
+    }
+    if mask.contains(M::RNR_RETRY) && a.rnr_retry > 7 {
+        return Err(Error::inval("rnr_retry above 7"));
+    }
+    if mask.contains(M::MIN_RNR_TIMER) && a.min_rnr_timer > 31 {
+        return Err(Error::inval("min_rnr_timer above 31"));
+    }
+    if mask.contains(M::MAX_QP_RD_ATOMIC) && u32::from(a.max_rd_atomic) > dev.max_qp_init_rd_atom {
+        return Err(Error::inval(format!("max_rd_atomic above {}", dev.max_qp_init_rd_atom)));
+    }
+    if mask.contains(M::MAX_DEST_RD_ATOMIC) && u32::from(a.max_dest_rd_atomic) > dev.max_qp_rd_atom {
+        return Err(Error::inval(format!("max_dest_rd_atomic above {}", dev.max_qp_rd_atom)));
+    }
+    if mask.contains(M::ACCESS_FLAGS) && !AccessFlags::all().contains(a.qp_access_flags) {
+        return Err(Error::inval("unknown access flags"));
+    }
+    if mask.contains(M::AV) {
+        let av = &a.ah_attr;
+        if av.dgid.is_zero() {
+            return Err(Error::inval("address vector without a destination GID"));
+        }
+        if av.sgid_index != 0 {
+            return Err(Error::inval(format!("sgid index {} out of range", av.sgid_index)));
+        }
+        if av.dgid.to_ip().is_ipv4() != local.is_ipv4() {
+            return Err(Error::inval("destination GID of another address family"));
+        }
+        if av.udp_port == 0 {
+            return Err(Error::inval("UDP port 0"));
+        }
+    }
+    Ok(())
+}
+
+fn apply(qp: &mut QpCtx, a: &QpAttr, mask: M) {
+    let t = &mut qp.attr;
+    if mask.contains(M::ACCESS_FLAGS) {
+        t.qp_access_flags = a.qp_access_flags;
+    }
+    if mask.contains(M::PKEY_INDEX) {
+        t.pkey_index = a.pkey_index;
+    }
+    if mask.contains(M::PORT) {
+        t.port_num = a.port_num;
+    }
+    if mask.contains(M::QKEY) {
+        t.qkey = a.qkey;
+    }
+    if mask.contains(M::AV) {
+        t.ah_attr = a.ah_attr;
+        qp.remote = Some(SocketAddr::new(a.ah_attr.dgid.to_ip(), a.ah_attr.udp_port));
+    }
+    if mask.contains(M::PATH_MTU) {
+        t.path_mtu = a.path_mtu;
+    }
+    if mask.contains(M::TIMEOUT) {
+        t.timeout = a.timeout;
+    }
+    if mask.contains(M::RETRY_CNT) {
+        t.retry_cnt = a.retry_cnt;
+    }
+    if mask.contains(M::RNR_RETRY) {
+        t.rnr_retry = a.rnr_retry;
+    }
+    if mask.contains(M::RQ_PSN) {
+        t.rq_psn = a.rq_psn;
+    }
+    if mask.contains(M::SQ_PSN) {
+        t.sq_psn = a.sq_psn;
+    }
+    if mask.contains(M::MAX_QP_RD_ATOMIC) {
+        t.max_rd_atomic = a.max_rd_atomic;
+    }
+    if mask.contains(M::MAX_DEST_RD_ATOMIC) {
+        t.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+    if mask.contains(M::MIN_RNR_TIMER) {
+        t.min_rnr_timer = a.min_rnr_timer;
+    }
+    if mask.contains(M::DEST_QPN) {
+        t.dest_qp_num = a.dest_qp_num;
+    }
+    if mask.contains(M::EN_SQD_ASYNC_NOTIFY) {
+        t.en_sqd_async_notify = a.en_sqd_async_notify;
+    }
+}
+
+/// Resolve a caller's SGEs against the MR table.
+fn resolve_sges(
+    mrs: &std::collections::HashMap<u32, Arc<MrEntry>>,
+    pd: u32,
+    sges: &[SgEntry],
+    need: AccessFlags,
+) -> std::result::Result<Vec<LocalSge>, String> {
+    let mut out = Vec::with_capacity(sges.len());
+    for s in sges {
+        if s.length == 0 {
+            continue;
+        }
+        let mr = mrs.get(&s.lkey).ok_or_else(|| format!("unknown lkey {:#x}", s.lkey))?;
+        let off = mr
+            .check(pd, s.addr, s.length as usize, need)
+            .map_err(|e| format!("lkey {:#x}: {e}", s.lkey))?;
+        out.push(LocalSge::new(mr.clone(), off, s.length as usize));
+    }
+    Ok(out)
+}
+
+fn build_send_wqe(
+    qp: &QpCtx,
+    mrs: &std::collections::HashMap<u32, Arc<MrEntry>>,
+    wr: SendRequest,
+) -> Result<SendWqe> {
+    let op = wr.op;
+    match qp.qp_type {
+        QpType::Uc if op.is_read_or_atomic() => return Err(Error::inval("UC QPs support only SEND and RDMA WRITE")),
+        QpType::Ud if op.has_remote() => return Err(Error::inval("UD QPs support only SEND")),
+        QpType::Ud if wr.ud.is_none() => return Err(Error::inval("UD send without an address handle")),
+        QpType::Rc if op.is_read_or_atomic() && qp.attr.max_rd_atomic == 0 => {
+            return Err(Error::inval("READ/atomic on a QP with max_rd_atomic 0"))
+        }
+        _ => {}
+    }
+    let need = if op.is_read_or_atomic() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
+    let (payload, len, local_error) = match wr.data {
+        SendData::Inline(bytes) => {
+            if op.is_read_or_atomic() {
+                return Err(Error::inval("inline data with READ or atomic"));
+            }
+            if bytes.len() > qp.cap.max_inline_data as usize {
+                return Err(Error::inval(format!(
+                    "{} inline bytes above max_inline_data {}",
+                    bytes.len(),
+                    qp.cap.max_inline_data
+                )));
+            }
+            let n = bytes.len();
+            (Payload::Inline(bytes), n, None)
+        }
+        SendData::Sges(list) => {
+            if list.len() > qp.cap.max_send_sge as usize {
+                return Err(Error::inval(format!("{} SGEs above max_send_sge {}", list.len(), qp.cap.max_send_sge)));
+            }
+            let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
+            if total > MAX_MSG_SIZE as u64 {
+                return Err(Error::inval("message larger than 2^31 bytes"));
+            }
+            match resolve_sges(mrs, qp.pd, &list, need) {
+                Ok(sges) => (Payload::Sges(sges), total as usize, None),
+                Err(why) => {
+                    tracing::debug!(qpn = qp.qpn, why, "send WR with a bad local buffer");
+                    (Payload::Sges(Vec::new()), total as usize, Some(WcStatus::LocProtErr))
+                }
+            }
+        }
+    };
+    if op.is_atomic() && len != 8 {
+        return Err(Error::inval("atomic operations need one 8-byte local buffer"));
+    }
+    if qp.qp_type == QpType::Ud && len > qp.mtu() {
+        return Err(Error::inval("UD message larger than the path MTU"));
+    }
+    let mtu = qp.mtu();
+    let npsn = match op {
+        SendOp::CompSwap { .. } | SendOp::FetchAdd { .. } => 1,
+        _ => len.div_ceil(mtu).max(1) as u32,
+    };
+    Ok(SendWqe {
+        wr_id: wr.wr_id,
+        op,
+        payload,
+        len,
+        remote_va: wr.remote_va,
+        rkey: wr.rkey,
+        signaled: wr.signaled,
+        solicited: wr.solicited,
+        ud: wr.ud,
+        first_psn: 0,
+        npsn,
+        local_error,
+    })
+}

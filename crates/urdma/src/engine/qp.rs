@@ -1,0 +1,254 @@
+//! The engine's per-QP context: queues, requester and responder state,
+//! and the state changes that flush queues.
+
+use super::counters::Counters;
+use super::wqe::{RecvWqe, SendWqe};
+use super::Ctx;
+use crate::cq::CqShared;
+use crate::mr::MrEntry;
+use crate::types::{AsyncEventKind, QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
+use crate::verbs::{QpAttr, QpCap};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Requester (send side) state of a QP.
+#[derive(Debug, Default)]
+pub struct ReqState {
+    /// Posted WQEs not yet completed, in posting order.
+    pub sq: VecDeque<SendWqe>,
+    /// PSN the next posted WQE starts at.
+    pub tail_psn: u32,
+    /// Index in `sq` of the WQE being transmitted.
+    pub send_pos: usize,
+    /// PSNs of `sq[send_pos]` already transmitted.
+    pub send_pkt: u32,
+    /// Oldest unacknowledged PSN.
+    pub una: u32,
+    /// Last PSN of each outstanding READ request or atomic.
+    pub rd_atomic: VecDeque<u32>,
+    /// Transport retries left.
+    pub retry_left: u8,
+    /// RNR retries left.
+    pub rnr_left: u8,
+    /// Retransmission deadline (ns).
+    pub timer: Option<u64>,
+    /// No transmission before this time (RNR back-off, ns).
+    pub rnr_until: Option<u64>,
+    /// SQ drained event already raised for the current SQD period.
+    pub drained_reported: bool,
+    /// First PSN never transmitted (to tell retransmissions apart).
+    pub high_psn: u32,
+    /// `una` at the last rewind caused by a gap in READ responses, so that
+    /// one gap causes one retransmission.
+    pub gap_rewind: Option<u32>,
+}
+
+/// A multi-packet RDMA WRITE in progress at the responder.
+#[derive(Debug)]
+pub struct WriteCtx {
+    /// Target region (None for a zero-length write).
+    pub mr: Option<Arc<MrEntry>>,
+    /// Offset of the next byte in the region.
+    pub offset: usize,
+    /// Bytes still expected.
+    pub remaining: usize,
+    /// Total DMA length.
+    pub total: usize,
+    /// Immediate data expected with the last packet.
+    pub with_imm: bool,
+}
+
+/// A READ or atomic request remembered for duplicate detection.
+#[derive(Debug, Clone, Copy)]
+pub struct RdAtomicRecord {
+    /// PSN of the request.
+    pub first_psn: u32,
+    /// Last PSN its responses use.
+    pub last_psn: u32,
+    /// The original value returned by an atomic (None for READ).
+    pub atomic_orig: Option<u64>,
+}
+
+/// Responder (receive side) state of a QP.
+#[derive(Debug, Default)]
+pub struct RespState {
+    /// Expected PSN.
+    pub epsn: u32,
+    /// Message sequence number.
+    pub msn: u32,
+    /// A sequence-error or RNR NAK was sent for `epsn` already.
+    pub nak_sent: bool,
+    /// SEND in progress: the receive WQE and bytes written so far.
+    pub recv: Option<(RecvWqe, usize)>,
+    /// WRITE in progress.
+    pub write: Option<WriteCtx>,
+    /// Recent READ/atomic requests.
+    pub history: VecDeque<RdAtomicRecord>,
+}
+
+/// Everything the engine knows about one QP.
+#[derive(Debug)]
+pub struct QpCtx {
+    /// QP number.
+    pub qpn: u32,
+    /// Transport.
+    pub qp_type: QpType,
+    /// Protection domain.
+    pub pd: u32,
+    /// Current attributes (state included).
+    pub attr: QpAttr,
+    /// Queue capacities.
+    pub cap: QpCap,
+    /// Signal every send WR.
+    pub sq_sig_all: bool,
+    /// CQ for send completions.
+    pub send_cq: Arc<CqShared>,
+    /// CQ for receive completions.
+    pub recv_cq: Arc<CqShared>,
+    /// Connected peer (RC/UC), from the address vector.
+    pub remote: Option<SocketAddr>,
+    /// Posted receive WQEs.
+    pub rq: VecDeque<RecvWqe>,
+    /// Requester state.
+    pub req: ReqState,
+    /// Responder state.
+    pub resp: RespState,
+    /// Per-QP counters.
+    pub counters: Counters,
+}
+
+impl QpCtx {
+    /// A QP in the RESET state.
+    pub fn new(
+        qpn: u32,
+        qp_type: QpType,
+        pd: u32,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<CqShared>,
+        recv_cq: Arc<CqShared>,
+    ) -> Self {
+        let attr = QpAttr {
+            cap,
+            ..QpAttr::default()
+        };
+        QpCtx {
+            qpn,
+            qp_type,
+            pd,
+            attr,
+            cap,
+            sq_sig_all,
+            send_cq,
+            recv_cq,
+            remote: None,
+            rq: VecDeque::new(),
+            req: ReqState::default(),
+            resp: RespState::default(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.attr.qp_state
+    }
+
+    /// Path MTU in bytes.
+    pub fn mtu(&self) -> usize {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// Retransmission timeout in ns (None = infinite, timeout code 0).
+    pub fn ack_timeout_ns(&self) -> Option<u64> {
+        match self.attr.timeout {
+            0 => None,
+            t => Some(4096u64 << t.min(31)),
+        }
+    }
+
+    /// Queue a completion on the send or receive CQ. A full CQ moves the
+    /// QP to the error state (the CQ reports the overrun).
+    pub fn push_wc(&mut self, cx: &mut Ctx<'_>, wc: WorkCompletion, recv: bool, solicited: bool) {
+        let cq = if recv { &self.recv_cq } else { &self.send_cq };
+        if cq.push(wc, solicited).is_err() {
+            let cqn = cq.cqn;
+            cx.event(AsyncEventKind::CqErr, cqn);
+            if self.state() != QpState::Err {
+                self.enter_error(cx, Some(AsyncEventKind::QpFatal));
+            }
+        }
+    }
+
+    /// Complete the WQE at the head of the SQ with `status`.
+    pub fn complete_head(&mut self, cx: &mut Ctx<'_>, status: WcStatus, vendor_err: u32) {
+        let Some(wqe) = self.req.sq.pop_front() else {
+            return;
+        };
+        self.req.send_pos = self.req.send_pos.saturating_sub(1);
+        if self.req.send_pos == 0 && self.req.sq.is_empty() {
+            self.req.send_pkt = 0;
+        }
+        let report = wqe.signaled || self.sq_sig_all || status != WcStatus::Success;
+        let mut wc = WorkCompletion::new(wqe.wr_id, status, wqe.op.wc_opcode(), self.qpn);
+        wc.vendor_err = vendor_err;
+        wc.src_qp = self.attr.dest_qp_num;
+        if status == WcStatus::Success && matches!(wc.opcode, WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd) {
+            wc.byte_len = wqe.len as u32;
+        }
+        // Release the local buffers before the completion becomes visible.
+        drop(wqe);
+        if report {
+            self.push_wc(cx, wc, false, false);
+        }
+    }
+
+    /// Move to ERR: raise `event` (if any), flush every send and receive WQE.
+    pub fn enter_error(&mut self, cx: &mut Ctx<'_>, event: Option<AsyncEventKind>) {
+        if self.state() == QpState::Err {
+            return;
+        }
+        self.attr.qp_state = QpState::Err;
+        if let Some(kind) = event {
+            cx.event(kind, self.qpn);
+        }
+        self.flush(cx);
+    }
+
+    /// Complete every queued WQE with WR_FLUSH_ERR (QP in ERR).
+    pub fn flush(&mut self, cx: &mut Ctx<'_>) {
+        self.req.timer = None;
+        self.req.rnr_until = None;
+        self.req.rd_atomic.clear();
+        while !self.req.sq.is_empty() {
+            self.complete_head(cx, WcStatus::WrFlushErr, 0);
+        }
+        self.req.send_pos = 0;
+        self.req.send_pkt = 0;
+        self.resp.write = None;
+        let mut recvs: Vec<RecvWqe> = Vec::new();
+        if let Some((w, _)) = self.resp.recv.take() {
+            recvs.push(w);
+        }
+        recvs.extend(self.rq.drain(..));
+        for w in recvs {
+            let wc = WorkCompletion::new(w.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+            drop(w);
+            self.push_wc(cx, wc, true, false);
+        }
+    }
+
+    /// Back to RESET: drop all queued work without completions.
+    pub fn reset(&mut self) {
+        self.req = ReqState::default();
+        self.resp = RespState::default();
+        self.rq.clear();
+        self.remote = None;
+        let cap = self.cap;
+        self.attr = QpAttr {
+            cap,
+            ..QpAttr::default()
+        };
+    }
+}

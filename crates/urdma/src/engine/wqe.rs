@@ -1,0 +1,120 @@
+//! Work queue entries as the engine holds them.
+
+use crate::mr::LocalSge;
+use crate::types::WcOpcode;
+use std::net::SocketAddr;
+
+/// The operation of a send work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// SEND
+    Send,
+    /// SEND with immediate data
+    SendImm(u32),
+    /// RDMA WRITE
+    Write,
+    /// RDMA WRITE with immediate data
+    WriteImm(u32),
+    /// RDMA READ
+    Read,
+    /// Atomic compare and swap
+    CompSwap {
+        /// Value compared with the target.
+        compare: u64,
+        /// Value stored if equal.
+        swap: u64,
+    },
+    /// Atomic fetch and add
+    FetchAdd {
+        /// Value added.
+        add: u64,
+    },
+}
+
+impl SendOp {
+    /// The completion opcode of this operation.
+    pub fn wc_opcode(self) -> WcOpcode {
+        match self {
+            SendOp::Send | SendOp::SendImm(_) => WcOpcode::Send,
+            SendOp::Write | SendOp::WriteImm(_) => WcOpcode::RdmaWrite,
+            SendOp::Read => WcOpcode::RdmaRead,
+            SendOp::CompSwap { .. } => WcOpcode::CompSwap,
+            SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        }
+    }
+
+    /// True for READ and atomics (responses carry data back).
+    pub fn is_read_or_atomic(self) -> bool {
+        matches!(self, SendOp::Read | SendOp::CompSwap { .. } | SendOp::FetchAdd { .. })
+    }
+
+    /// True for atomics.
+    pub fn is_atomic(self) -> bool {
+        matches!(self, SendOp::CompSwap { .. } | SendOp::FetchAdd { .. })
+    }
+
+    /// True if the operation names remote memory.
+    pub fn has_remote(self) -> bool {
+        !matches!(self, SendOp::Send | SendOp::SendImm(_))
+    }
+}
+
+/// Where the payload of a send comes from.
+#[derive(Debug)]
+pub enum Payload {
+    /// Gathered from registered memory at transmit time.
+    Sges(Vec<LocalSge>),
+    /// Copied at post time.
+    Inline(Vec<u8>),
+}
+
+/// Destination of a UD send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdDest {
+    /// Peer device address.
+    pub addr: SocketAddr,
+    /// Remote QP number.
+    pub qpn: u32,
+    /// Q_Key.
+    pub qkey: u32,
+}
+
+/// A posted send work request.
+#[derive(Debug)]
+pub struct SendWqe {
+    /// Caller's identifier.
+    pub wr_id: u64,
+    /// Operation.
+    pub op: SendOp,
+    /// Local data (source of SEND/WRITE, target of READ/atomic result).
+    pub payload: Payload,
+    /// Message length.
+    pub len: usize,
+    /// Remote virtual address.
+    pub remote_va: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Generate a completion on success.
+    pub signaled: bool,
+    /// Set the solicited event bit.
+    pub solicited: bool,
+    /// UD destination.
+    pub ud: Option<UdDest>,
+    /// First PSN (RC/UC), assigned at post.
+    pub first_psn: u32,
+    /// Number of PSNs the message uses.
+    pub npsn: u32,
+    /// A local error found at post time, reported when the WQE is reached.
+    pub local_error: Option<crate::types::WcStatus>,
+}
+
+/// A posted receive work request.
+#[derive(Debug)]
+pub struct RecvWqe {
+    /// Caller's identifier.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sges: Vec<LocalSge>,
+    /// Total capacity.
+    pub len: usize,
+}

@@ -1,0 +1,3 @@
+//! Fabrics: how datagrams leave and reach a device's engine.
+
+pub mod udp;

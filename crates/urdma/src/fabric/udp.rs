@@ -1,0 +1,219 @@
+//! The UDP fabric: one socket per device and one receive thread that
+//! blocks on it (never spins), feeding datagrams and timer expiries to the
+//! engine and sending what the engine produces.
+
+use crate::engine::Engine;
+use crate::types::AsyncEvent;
+use std::collections::VecDeque;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Socket buffer size asked for (the kernel may grant less).
+const SOCKET_BUFFER: usize = 16 << 20;
+/// Largest datagram accepted.
+const MAX_DATAGRAM: usize = 65536;
+/// Async events kept before the oldest are dropped.
+const MAX_EVENTS: usize = 1024;
+
+/// A device's engine bound to a UDP socket.
+pub struct UdpDriver {
+    engine: Mutex<Engine>,
+    socket: UdpSocket,
+    local: SocketAddr,
+    epoch: Instant,
+    shutdown: AtomicBool,
+    /// Deadline (ns) the receive thread sleeps until; u64::MAX = no deadline.
+    sleeping_until: AtomicU64,
+    events: Mutex<VecDeque<AsyncEvent>>,
+    events_cv: Condvar,
+}
+
+fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let domain = if addr.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    // Buffers large enough for a full send window of 4 KiB packets; as
+    // root the rmem/wmem limits can be exceeded.
+    let size = SOCKET_BUFFER as libc::c_int;
+    if setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size).is_err() {
+        let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    }
+    if setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, size).is_err() {
+        let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    }
+    if addr.is_ipv4() {
+        // DF set and IP ID 0 on an unconnected socket: the IPv4 header
+        // fields that the ICRC covers are then known to both ends.
+        setsockopt_int(&s, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+    }
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+fn setsockopt_int(s: &socket2::Socket, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setsockopt reads sizeof(c_int) bytes from &v, a live local.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl UdpDriver {
+    /// Bind the device socket at `local` and wrap `engine`.
+    pub fn bind(local: SocketAddr, engine: Engine) -> std::io::Result<Arc<Self>> {
+        let socket = make_socket(local)?;
+        let local = socket.local_addr()?;
+        Ok(Arc::new(UdpDriver {
+            engine: Mutex::new(engine),
+            socket,
+            local,
+            epoch: Instant::now(),
+            shutdown: AtomicBool::new(false),
+            sleeping_until: AtomicU64::new(u64::MAX),
+            events: Mutex::new(VecDeque::new()),
+            events_cv: Condvar::new(),
+        }))
+    }
+
+    /// The bound address.
+    pub fn local(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Engine time now, in ns.
+    pub fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `f` on the engine, then send its output and adjust the timer.
+    pub fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, u64) -> R) -> R {
+        let mut eng = self.lock();
+        let r = f(&mut eng, self.now());
+        self.flush(&mut eng);
+        r
+    }
+
+    /// Read-only access to the engine.
+    pub fn inspect<R>(&self, f: impl FnOnce(&Engine) -> R) -> R {
+        f(&self.lock())
+    }
+
+    fn flush(&self, eng: &mut Engine) {
+        for t in eng.drain_tx() {
+            if let Err(e) = self.socket.send_to(&t.data, t.dst) {
+                tracing::debug!(dst = %t.dst, error = %e, "send failed");
+            }
+        }
+        let evs = eng.take_events();
+        if !evs.is_empty() {
+            let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+            for ev in evs {
+                if q.len() >= MAX_EVENTS {
+                    q.pop_front();
+                }
+                q.push_back(ev);
+            }
+            drop(q);
+            self.events_cv.notify_all();
+        }
+        if let Some(d) = eng.next_deadline() {
+            if d < self.sleeping_until.load(Ordering::Acquire) {
+                self.sleeping_until.store(d, Ordering::Release);
+                self.wake();
+            }
+        }
+    }
+
+    /// Wake the receive thread with an empty datagram to itself.
+    fn wake(&self) {
+        let _ = self.socket.send_to(&[], self.local);
+    }
+
+    /// Next async event, waiting up to `timeout` (None: forever).
+    pub fn next_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(ev) = q.pop_front() {
+                return Some(ev);
+            }
+            match deadline {
+                None => q = self.events_cv.wait(q).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return None;
+                    }
+                    q = self.events_cv.wait_timeout(q, d - now).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
+        }
+    }
+
+    /// Start the receive thread.
+    pub fn start(self: &Arc<Self>, name: &str) -> std::io::Result<JoinHandle<()>> {
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name(format!("urdma-rx-{name}"))
+            .spawn(move || me.rx_loop())
+    }
+
+    /// Ask the receive thread to stop.
+    pub fn stop(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    fn rx_loop(&self) {
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        while !self.shutdown.load(Ordering::Acquire) {
+            let timeout = {
+                let eng = self.lock();
+                let d = eng.next_deadline().unwrap_or(u64::MAX);
+                self.sleeping_until.store(d, Ordering::Release);
+                match d {
+                    u64::MAX => None,
+                    d => Some(Duration::from_nanos(d.saturating_sub(self.now()).max(1000))),
+                }
+            };
+            if let Err(e) = self.socket.set_read_timeout(timeout) {
+                tracing::warn!(error = %e, "cannot set the socket timeout");
+            }
+            let got = self.socket.recv_from(&mut buf);
+            let mut eng = self.lock();
+            // Awake: posters need not wake this thread until it sleeps again.
+            self.sleeping_until.store(0, Ordering::Release);
+            let now = self.now();
+            match got {
+                Ok((0, _)) => {}
+                Ok((n, src)) => eng.handle_datagram(now, src, &buf[..n]),
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) => tracing::debug!(error = %e, "receive failed"),
+            }
+            if eng.next_deadline().is_some_and(|d| d <= now) {
+                eng.handle_timeouts(now);
+            }
+            self.flush(&mut eng);
+        }
+    }
+}

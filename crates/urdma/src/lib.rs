@@ -1,0 +1,46 @@
+//! urdma: a software RDMA NIC. Verbs programs do RDMA (SEND/RECV, RDMA
+//! WRITE, READ, atomics) over ordinary UDP/IP with the RoCEv2 wire format.
+//!
+//! The crate has three layers:
+//! - the verbs layer ([`verbs`]): attributes and IB semantics;
+//! - the engine ([`engine`]): a deterministic protocol state machine fed
+//!   datagrams, work requests and the time;
+//! - the fabric ([`fabric`]): a UDP socket and one receive thread per device
+//!   that drives the engine, so the passive side of RDMA WRITE/READ/atomics
+//!   progresses without any call from its application.
+//!
+//! The safe API ([`Device`], [`Pd`], [`Mr`], [`Cq`], [`Qp`]) sits on top.
+//!
+//! ```no_run
+//! use urdma::{AccessFlags, Device, DeviceConfig, QpInitAttr, SendWr};
+//! # fn main() -> urdma::Result<()> {
+//! let dev = Device::open(DeviceConfig::new("127.0.0.1".parse().unwrap()))?;
+//! let pd = dev.alloc_pd()?;
+//! let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! let cq = dev.create_cq(64)?;
+//! let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;
+//! let me = qp.endpoint();
+//! // ... exchange endpoints out of band, then:
+//! # let peer = me.clone();
+//! qp.connect(&peer, &Default::default())?;
+//! qp.post_send(SendWr::write(1, &[mr.slice(0, 64)?], peer_addr(), 0x1234))?;
+//! let wc = cq.wait_one(None)?;
+//! assert!(wc.status == urdma::WcStatus::Success);
+//! # Ok(()) }
+//! # fn peer_addr() -> u64 { 0 }
+//! ```
+
+pub mod api;
+pub mod cq;
+pub mod engine;
+pub mod error;
+pub mod fabric;
+pub mod mem;
+pub mod mr;
+pub mod types;
+pub mod verbs;
+
+pub use api::{ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, MrSlice, Pd, Qp, QpInitAttr, RecvWr, SendWr};
+pub use error::{Error, Result};
+pub use types::{AccessFlags, AsyncEvent, AsyncEventKind, Mtu, QpAttrMask, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+pub use verbs::{AddressVector, DeviceAttr, Gid, PortAttr, QpAttr, QpCap};

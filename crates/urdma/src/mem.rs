@@ -1,0 +1,270 @@
+//! Registered memory: the one module of the engine that touches memory
+//! through raw pointers. Every access is bounds-checked here, so a caller
+//! that passes an offset and a length can never reach outside the region.
+//!
+//! A region is either owned (allocated by urdma for the safe Rust API) or
+//! foreign (memory of a C caller, registered by address and length). Access
+//! from the engine and from the safe API is serialised by a lock, so a safe
+//! Rust program never observes a torn copy.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::RwLock;
+
+/// Alignment of owned regions (a page, as registered memory usually is).
+const OWNED_ALIGN: usize = 4096;
+
+/// An access outside the region or a misaligned atomic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MemError {
+    /// Offset plus length does not fit.
+    #[error("access [{offset}, +{len}) outside region of {size} bytes")]
+    OutOfBounds {
+        /// Start offset.
+        offset: usize,
+        /// Length of the access.
+        len: usize,
+        /// Region size.
+        size: usize,
+    },
+    /// An atomic on an address that is not 8-byte aligned.
+    #[error("atomic access at a misaligned address")]
+    Misaligned,
+    /// The region was deregistered.
+    #[error("region is no longer registered")]
+    Invalid,
+}
+
+/// A contiguous range of memory that the engine may read and write.
+pub struct MemRegion {
+    ptr: NonNull<u8>,
+    len: usize,
+    owned: bool,
+    valid: AtomicBool,
+    lock: RwLock<()>,
+}
+
+// SAFETY: the region is plain bytes; all access goes through the methods
+// below, which serialise copies with `lock` and use atomics for atomics.
+unsafe impl Send for MemRegion {}
+// SAFETY: as above; shared access is synchronised internally.
+unsafe impl Sync for MemRegion {}
+
+impl std::fmt::Debug for MemRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemRegion")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("owned", &self.owned)
+            .finish()
+    }
+}
+
+impl MemRegion {
+    /// Allocate a zeroed, page-aligned region of `len` bytes.
+    pub fn allocate(len: usize) -> std::io::Result<Self> {
+        if len == 0 {
+            return Ok(Self::with_ptr(NonNull::dangling(), 0, true));
+        }
+        let layout = Layout::from_size_align(len, OWNED_ALIGN)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        // SAFETY: layout has a non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        Ok(Self::with_ptr(ptr, len, true))
+    }
+
+    /// Wrap memory owned by someone else (a C caller's buffer).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes until
+    /// [`MemRegion::invalidate`] is called or the region is dropped.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Option<Self> {
+        let ptr = if len == 0 {
+            NonNull::dangling()
+        } else {
+            NonNull::new(ptr)?
+        };
+        Some(Self::with_ptr(ptr, len, false))
+    }
+
+    fn with_ptr(ptr: NonNull<u8>, len: usize, owned: bool) -> Self {
+        MemRegion {
+            ptr,
+            len,
+            owned,
+            valid: AtomicBool::new(true),
+            lock: RwLock::new(()),
+        }
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Address of the first byte (for reporting; never dereference it outside this module).
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Stop all further access (deregistration of foreign memory).
+    pub fn invalidate(&self) {
+        let _guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
+        self.valid.store(false, Ordering::Release);
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), MemError> {
+        if !self.valid.load(Ordering::Acquire) {
+            return Err(MemError::Invalid);
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(MemError::OutOfBounds {
+                offset,
+                len,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Copy `dst.len()` bytes starting at `offset` out of the region.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        let _guard = self.lock.read().unwrap_or_else(|e| e.into_inner());
+        self.check(offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: check() proved offset + len <= self.len, and the region is
+        // valid for self.len bytes; dst is a distinct Rust buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+        };
+        Ok(())
+    }
+
+    /// Append `len` bytes starting at `offset` to `out`.
+    pub fn read_into(&self, offset: usize, len: usize, out: &mut Vec<u8>) -> Result<(), MemError> {
+        let start = out.len();
+        out.resize(start + len, 0);
+        let r = self.read(offset, &mut out[start..]);
+        if r.is_err() {
+            out.truncate(start);
+        }
+        r
+    }
+
+    /// Copy `src` into the region at `offset`.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemError> {
+        let _guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
+        self.check(offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: bounds checked above; src is a distinct Rust buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
+        };
+        Ok(())
+    }
+
+    fn atomic_at(&self, offset: usize) -> Result<&AtomicU64, MemError> {
+        self.check(offset, 8)?;
+        // SAFETY: offset + 8 <= len was checked.
+        let p = unsafe { self.ptr.as_ptr().add(offset) };
+        if (p as usize) % 8 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        // SAFETY: p is 8-aligned, in bounds, valid for the region's life,
+        // and all concurrent access to these bytes from urdma is either
+        // atomic or excluded by the write lock the callers hold.
+        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+
+    /// Atomic compare-and-swap of the 64-bit host-order word at `offset`;
+    /// returns the original value.
+    pub fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemError> {
+        let _guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
+        let a = self.atomic_at(offset)?;
+        Ok(match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(v) | Err(v) => v,
+        })
+    }
+
+    /// Atomic fetch-and-add of the 64-bit host-order word at `offset`;
+    /// returns the original value.
+    pub fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, MemError> {
+        let _guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
+        let a = self.atomic_at(offset)?;
+        Ok(a.fetch_add(add, Ordering::SeqCst))
+    }
+}
+
+impl Drop for MemRegion {
+    fn drop(&mut self) {
+        if self.owned && self.len > 0 {
+            if let Ok(layout) = Layout::from_size_align(self.len, OWNED_ALIGN) {
+                // SAFETY: allocated in `allocate` with this very layout.
+                unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_write_in_bounds() {
+        let m = MemRegion::allocate(64).unwrap();
+        m.write(10, b"hello").unwrap();
+        let mut b = [0u8; 5];
+        m.read(10, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        let mut v = vec![1];
+        m.read_into(9, 3, &mut v).unwrap();
+        assert_eq!(v, [1, 0, b'h', b'e']);
+    }
+
+    #[test]
+    fn out_of_bounds_is_refused() {
+        let m = MemRegion::allocate(16).unwrap();
+        assert!(m.write(12, b"12345").is_err());
+        assert!(m.write(usize::MAX, b"1").is_err());
+        let mut b = [0u8; 17];
+        assert!(m.read(0, &mut b).is_err());
+        let mut v = Vec::new();
+        assert!(m.read_into(15, 2, &mut v).is_err());
+        assert!(v.is_empty());
+        assert!(m.fetch_add(9, 1).is_err());
+    }
+
+    #[test]
+    fn atomics_and_alignment() {
+        let m = MemRegion::allocate(32).unwrap();
+        assert_eq!(m.fetch_add(8, 5).unwrap(), 0);
+        assert_eq!(m.fetch_add(8, 5).unwrap(), 5);
+        assert_eq!(m.compare_swap(8, 10, 99).unwrap(), 10);
+        assert_eq!(m.compare_swap(8, 10, 1).unwrap(), 99);
+        assert_eq!(m.fetch_add(4, 1), Err(MemError::Misaligned));
+    }
+
+    #[test]
+    fn invalidated_region_refuses_access() {
+        let mut buf = [0u8; 8];
+        // SAFETY: buf outlives m.
+        let m = unsafe { MemRegion::from_raw(buf.as_mut_ptr(), buf.len()) }.unwrap();
+        m.write(0, b"ab").unwrap();
+        m.invalidate();
+        assert_eq!(m.write(0, b"x"), Err(MemError::Invalid));
+        drop(m);
+        assert_eq!(&buf[..2], b"ab");
+    }
+}

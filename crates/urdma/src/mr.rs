@@ -1,0 +1,231 @@
+//! Memory regions: keys, protection domain, access rights and bounds.
+//! Every memory access of the engine goes through [`MrEntry`] after the
+//! checks here.
+
+use crate::mem::{MemError, MemRegion};
+use crate::types::AccessFlags;
+use std::sync::{Arc, Mutex};
+
+/// A registered memory region as the engine sees it.
+#[derive(Debug)]
+pub struct MrEntry {
+    /// Local key (equal to the remote key).
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+    /// Protection domain number.
+    pub pd: u32,
+    /// Access rights.
+    pub access: AccessFlags,
+    /// I/O virtual address of the first byte (what remote peers use as VA).
+    pub iova: u64,
+    /// The memory.
+    pub mem: MemRegion,
+    /// Byte ranges handed to the engine as local buffers of posted work
+    /// requests, still in flight (start, end).
+    inflight: Mutex<Vec<(usize, usize)>>,
+}
+
+/// Why an MR check failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MrCheckError {
+    /// Key unknown.
+    #[error("unknown key")]
+    UnknownKey,
+    /// Region belongs to another protection domain.
+    #[error("protection domain mismatch")]
+    WrongPd,
+    /// Required access right missing.
+    #[error("access right missing")]
+    NoAccess,
+    /// Range outside the region.
+    #[error("range outside the region")]
+    OutOfBounds,
+    /// Atomic target not 8-byte aligned.
+    #[error("misaligned atomic")]
+    Misaligned,
+}
+
+impl MrEntry {
+    /// Create an entry for `mem`, visible at `iova`.
+    pub fn new(key: u32, pd: u32, access: AccessFlags, iova: u64, mem: MemRegion) -> Self {
+        MrEntry {
+            lkey: key,
+            rkey: key,
+            pd,
+            access,
+            iova,
+            mem,
+            inflight: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.mem.is_empty()
+    }
+
+    /// Check `[va, va+len)` against the region, the PD and the access
+    /// rights; returns the byte offset of `va` in the region.
+    pub fn check(
+        &self,
+        pd: u32,
+        va: u64,
+        len: usize,
+        need: AccessFlags,
+    ) -> Result<usize, MrCheckError> {
+        if self.pd != pd {
+            return Err(MrCheckError::WrongPd);
+        }
+        if !self.access.contains(need) {
+            return Err(MrCheckError::NoAccess);
+        }
+        let off = va.checked_sub(self.iova).ok_or(MrCheckError::OutOfBounds)?;
+        let off = usize::try_from(off).map_err(|_| MrCheckError::OutOfBounds)?;
+        match off.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(off),
+            _ => Err(MrCheckError::OutOfBounds),
+        }
+    }
+
+    /// Record a local in-flight range.
+    pub(crate) fn hold(&self, start: usize, len: usize) {
+        let mut v = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        v.push((start, start.saturating_add(len)));
+    }
+
+    /// Release one in-flight range recorded with [`MrEntry::hold`].
+    pub(crate) fn release(&self, start: usize, len: usize) {
+        let mut v = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (start, start.saturating_add(len));
+        if let Some(i) = v.iter().position(|r| *r == key) {
+            v.swap_remove(i);
+        }
+    }
+
+    /// True if `[start, start+len)` overlaps a range in flight.
+    pub fn is_busy(&self, start: usize, len: usize) -> bool {
+        let end = start.saturating_add(len);
+        let v = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter().any(|&(s, e)| s < end.max(start + 1) && start < e.max(s + 1))
+    }
+}
+
+/// A scatter/gather element resolved to a registered region: the region is
+/// kept alive and its range marked in flight for as long as this lives.
+#[derive(Debug)]
+pub struct LocalSge {
+    /// The region.
+    pub mr: Arc<MrEntry>,
+    /// Offset of the first byte in the region.
+    pub offset: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl LocalSge {
+    /// Resolve and hold a range of `mr`.
+    pub fn new(mr: Arc<MrEntry>, offset: usize, len: usize) -> Self {
+        mr.hold(offset, len);
+        LocalSge { mr, offset, len }
+    }
+}
+
+impl Drop for LocalSge {
+    fn drop(&mut self) {
+        self.mr.release(self.offset, self.len);
+    }
+}
+
+/// Copy `len` bytes from message offset `msg_off` of a gather list into `out`.
+pub fn gather(sges: &[LocalSge], msg_off: usize, len: usize, out: &mut Vec<u8>) -> Result<(), MemError> {
+    let mut skip = msg_off;
+    let mut left = len;
+    for s in sges {
+        if left == 0 {
+            break;
+        }
+        if skip >= s.len {
+            skip -= s.len;
+            continue;
+        }
+        let n = (s.len - skip).min(left);
+        s.mr.mem.read_into(s.offset + skip, n, out)?;
+        left -= n;
+        skip = 0;
+    }
+    if left != 0 {
+        return Err(MemError::OutOfBounds { offset: msg_off, len, size: total_len(sges) });
+    }
+    Ok(())
+}
+
+/// Copy `data` to message offset `msg_off` of a scatter list.
+pub fn scatter(sges: &[LocalSge], msg_off: usize, data: &[u8]) -> Result<(), MemError> {
+    let mut skip = msg_off;
+    let mut rest = data;
+    for s in sges {
+        if rest.is_empty() {
+            break;
+        }
+        if skip >= s.len {
+            skip -= s.len;
+            continue;
+        }
+        let n = (s.len - skip).min(rest.len());
+        s.mr.mem.write(s.offset + skip, &rest[..n])?;
+        rest = &rest[n..];
+        skip = 0;
+    }
+    if !rest.is_empty() {
+        return Err(MemError::OutOfBounds { offset: msg_off, len: data.len(), size: total_len(sges) });
+    }
+    Ok(())
+}
+
+/// Total length of a scatter/gather list.
+pub fn total_len(sges: &[LocalSge]) -> usize {
+    sges.iter().map(|s| s.len).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(len: usize, access: AccessFlags) -> Arc<MrEntry> {
+        Arc::new(MrEntry::new(7, 1, access, 0x1000, MemRegion::allocate(len).unwrap()))
+    }
+
+    #[test]
+    fn check_bounds_pd_access() {
+        let m = entry(100, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+        assert_eq!(m.check(1, 0x1000, 100, AccessFlags::REMOTE_WRITE), Ok(0));
+        assert_eq!(m.check(1, 0x1010, 10, AccessFlags::empty()), Ok(0x10));
+        assert_eq!(m.check(1, 0x1000, 101, AccessFlags::empty()), Err(MrCheckError::OutOfBounds));
+        assert_eq!(m.check(1, 0xfff, 1, AccessFlags::empty()), Err(MrCheckError::OutOfBounds));
+        assert_eq!(m.check(1, u64::MAX, 2, AccessFlags::empty()), Err(MrCheckError::OutOfBounds));
+        assert_eq!(m.check(2, 0x1000, 1, AccessFlags::empty()), Err(MrCheckError::WrongPd));
+        assert_eq!(m.check(1, 0x1000, 1, AccessFlags::REMOTE_READ), Err(MrCheckError::NoAccess));
+    }
+
+    #[test]
+    fn scatter_gather_across_elements() {
+        let a = entry(8, AccessFlags::LOCAL_WRITE);
+        let b = entry(8, AccessFlags::LOCAL_WRITE);
+        let sges = vec![LocalSge::new(a.clone(), 4, 4), LocalSge::new(b.clone(), 0, 6)];
+        scatter(&sges, 2, b"abcdef").unwrap();
+        let mut out = Vec::new();
+        gather(&sges, 0, 10, &mut out).unwrap();
+        assert_eq!(&out[2..8], b"abcdef");
+        assert!(scatter(&sges, 8, b"xyz").is_err());
+        assert!(a.is_busy(5, 1));
+        assert!(!a.is_busy(0, 4));
+        drop(sges);
+        assert!(!a.is_busy(5, 1));
+    }
+}

@@ -1,0 +1,9 @@
+//! The verbs layer: object attributes and IB semantics (QP state machine,
+//! attribute masks, limits), independent of the engine.
+
+pub mod attr;
+pub mod gid;
+pub mod modify;
+
+pub use attr::{AddressVector, DeviceAttr, PortAttr, QpAttr, QpCap};
+pub use gid::Gid;
