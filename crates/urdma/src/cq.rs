@@ -30,7 +30,10 @@ pub struct CqShared {
 
 impl std::fmt::Debug for CqShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CqShared").field("cqn", &self.cqn).field("capacity", &self.capacity).finish()
+        f.debug_struct("CqShared")
+            .field("cqn", &self.cqn)
+            .field("capacity", &self.capacity)
+            .finish()
     }
 }
 
@@ -72,7 +75,9 @@ impl CqShared {
             }
             s.entries.push_back(wc);
             let fire = match s.armed {
-                Some(solicited_only) => !solicited_only || solicited || wc.status != crate::types::WcStatus::Success,
+                Some(solicited_only) => {
+                    !solicited_only || solicited || wc.status != crate::types::WcStatus::Success
+                }
                 None => false,
             };
             if fire {
@@ -82,7 +87,12 @@ impl CqShared {
         };
         self.cond.notify_all();
         if fire {
-            if let Some(n) = self.notifier.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            if let Some(n) = self
+                .notifier
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+            {
                 n();
             }
         }
@@ -113,7 +123,12 @@ impl CqShared {
 
     /// Block until at least one completion is available (or the CQ
     /// overran), then take up to `max`. `None` waits forever.
-    pub fn wait(&self, max: usize, timeout: Option<Duration>, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+    pub fn wait(
+        &self,
+        max: usize,
+        timeout: Option<Duration>,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut s = self.lock();
         while s.entries.is_empty() && !s.overrun {
@@ -124,7 +139,11 @@ impl CqShared {
                     if now >= d {
                         return Err(Error::Timeout);
                     }
-                    s = self.cond.wait_timeout(s, d - now).unwrap_or_else(|e| e.into_inner()).0;
+                    s = self
+                        .cond
+                        .wait_timeout(s, d - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
             }
         }
@@ -195,10 +214,16 @@ mod tests {
     fn wait_times_out_and_wakes() {
         let cq = Arc::new(CqShared::new(1, 8));
         let mut out = Vec::new();
-        assert!(matches!(cq.wait(1, Some(Duration::from_millis(5)), &mut out), Err(Error::Timeout)));
+        assert!(matches!(
+            cq.wait(1, Some(Duration::from_millis(5)), &mut out),
+            Err(Error::Timeout)
+        ));
         let c = cq.clone();
         let t = std::thread::spawn(move || c.push(wc(9), false));
-        assert_eq!(cq.wait(4, Some(Duration::from_secs(10)), &mut out).unwrap(), 1);
+        assert_eq!(
+            cq.wait(4, Some(Duration::from_secs(10)), &mut out).unwrap(),
+            1
+        );
         assert_eq!(out[0].wr_id, 9);
         t.join().unwrap().unwrap();
     }

@@ -40,7 +40,13 @@ pub mod mr;
 pub mod types;
 pub mod verbs;
 
-pub use api::{ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, MrSlice, Pd, Qp, QpInitAttr, RecvWr, SendWr};
+pub use api::{
+    ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, MrSlice, Pd, Qp, QpInitAttr, RecvWr,
+    SendWr,
+};
 pub use error::{Error, Result};
-pub use types::{AccessFlags, AsyncEvent, AsyncEventKind, Mtu, QpAttrMask, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+pub use types::{
+    AccessFlags, AsyncEvent, AsyncEventKind, Mtu, QpAttrMask, QpState, QpType, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
+};
 pub use verbs::{AddressVector, DeviceAttr, Gid, PortAttr, QpAttr, QpCap};

@@ -71,7 +71,8 @@ impl MemRegion {
             .map_err(|_| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
         // SAFETY: layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let ptr =
+            NonNull::new(raw).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
         Ok(Self::with_ptr(ptr, len, true))
     }
 
@@ -144,7 +145,11 @@ impl MemRegion {
         // SAFETY: check() proved offset + len <= self.len, and the region is
         // valid for self.len bytes; dst is a distinct Rust buffer.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
         };
         Ok(())
     }
@@ -192,9 +197,11 @@ impl MemRegion {
     pub fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemError> {
         let _guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
         let a = self.atomic_at(offset)?;
-        Ok(match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(v) | Err(v) => v,
-        })
+        Ok(
+            match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            },
+        )
     }
 
     /// Atomic fetch-and-add of the 64-bit host-order word at `offset`;

@@ -112,7 +112,8 @@ impl MrEntry {
     pub fn is_busy(&self, start: usize, len: usize) -> bool {
         let end = start.saturating_add(len);
         let v = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        v.iter().any(|&(s, e)| s < end.max(start + 1) && start < e.max(s + 1))
+        v.iter()
+            .any(|&(s, e)| s < end.max(start + 1) && start < e.max(s + 1))
     }
 }
 
@@ -143,7 +144,12 @@ impl Drop for LocalSge {
 }
 
 /// Copy `len` bytes from message offset `msg_off` of a gather list into `out`.
-pub fn gather(sges: &[LocalSge], msg_off: usize, len: usize, out: &mut Vec<u8>) -> Result<(), MemError> {
+pub fn gather(
+    sges: &[LocalSge],
+    msg_off: usize,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), MemError> {
     let mut skip = msg_off;
     let mut left = len;
     for s in sges {
@@ -160,7 +166,11 @@ pub fn gather(sges: &[LocalSge], msg_off: usize, len: usize, out: &mut Vec<u8>) 
         skip = 0;
     }
     if left != 0 {
-        return Err(MemError::OutOfBounds { offset: msg_off, len, size: total_len(sges) });
+        return Err(MemError::OutOfBounds {
+            offset: msg_off,
+            len,
+            size: total_len(sges),
+        });
     }
     Ok(())
 }
@@ -183,7 +193,11 @@ pub fn scatter(sges: &[LocalSge], msg_off: usize, data: &[u8]) -> Result<(), Mem
         skip = 0;
     }
     if !rest.is_empty() {
-        return Err(MemError::OutOfBounds { offset: msg_off, len: data.len(), size: total_len(sges) });
+        return Err(MemError::OutOfBounds {
+            offset: msg_off,
+            len: data.len(),
+            size: total_len(sges),
+        });
     }
     Ok(())
 }
@@ -198,7 +212,13 @@ mod tests {
     use super::*;
 
     fn entry(len: usize, access: AccessFlags) -> Arc<MrEntry> {
-        Arc::new(MrEntry::new(7, 1, access, 0x1000, MemRegion::allocate(len).unwrap()))
+        Arc::new(MrEntry::new(
+            7,
+            1,
+            access,
+            0x1000,
+            MemRegion::allocate(len).unwrap(),
+        ))
     }
 
     #[test]
@@ -206,18 +226,36 @@ mod tests {
         let m = entry(100, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
         assert_eq!(m.check(1, 0x1000, 100, AccessFlags::REMOTE_WRITE), Ok(0));
         assert_eq!(m.check(1, 0x1010, 10, AccessFlags::empty()), Ok(0x10));
-        assert_eq!(m.check(1, 0x1000, 101, AccessFlags::empty()), Err(MrCheckError::OutOfBounds));
-        assert_eq!(m.check(1, 0xfff, 1, AccessFlags::empty()), Err(MrCheckError::OutOfBounds));
-        assert_eq!(m.check(1, u64::MAX, 2, AccessFlags::empty()), Err(MrCheckError::OutOfBounds));
-        assert_eq!(m.check(2, 0x1000, 1, AccessFlags::empty()), Err(MrCheckError::WrongPd));
-        assert_eq!(m.check(1, 0x1000, 1, AccessFlags::REMOTE_READ), Err(MrCheckError::NoAccess));
+        assert_eq!(
+            m.check(1, 0x1000, 101, AccessFlags::empty()),
+            Err(MrCheckError::OutOfBounds)
+        );
+        assert_eq!(
+            m.check(1, 0xfff, 1, AccessFlags::empty()),
+            Err(MrCheckError::OutOfBounds)
+        );
+        assert_eq!(
+            m.check(1, u64::MAX, 2, AccessFlags::empty()),
+            Err(MrCheckError::OutOfBounds)
+        );
+        assert_eq!(
+            m.check(2, 0x1000, 1, AccessFlags::empty()),
+            Err(MrCheckError::WrongPd)
+        );
+        assert_eq!(
+            m.check(1, 0x1000, 1, AccessFlags::REMOTE_READ),
+            Err(MrCheckError::NoAccess)
+        );
     }
 
     #[test]
     fn scatter_gather_across_elements() {
         let a = entry(8, AccessFlags::LOCAL_WRITE);
         let b = entry(8, AccessFlags::LOCAL_WRITE);
-        let sges = vec![LocalSge::new(a.clone(), 4, 4), LocalSge::new(b.clone(), 0, 6)];
+        let sges = vec![
+            LocalSge::new(a.clone(), 4, 4),
+            LocalSge::new(b.clone(), 0, 6),
+        ];
         scatter(&sges, 2, b"abcdef").unwrap();
         let mut out = Vec::new();
         gather(&sges, 0, 10, &mut out).unwrap();

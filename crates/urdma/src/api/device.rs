@@ -62,7 +62,9 @@ pub struct Device {
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Device").field("config", &self.inner.config).finish()
+        f.debug_struct("Device")
+            .field("config", &self.inner.config)
+            .finish()
     }
 }
 
@@ -141,7 +143,10 @@ impl Device {
     /// Create a completion queue holding up to `cqe` completions.
     pub fn create_cq(&self, cqe: usize) -> Result<Cq> {
         if cqe == 0 || cqe > self.inner.attr.max_cqe as usize {
-            return Err(crate::Error::inval(format!("cqe {cqe} outside 1..={}", self.inner.attr.max_cqe)));
+            return Err(crate::Error::inval(format!(
+                "cqe {cqe} outside 1..={}",
+                self.inner.attr.max_cqe
+            )));
         }
         let cqn = self.inner.next_cqn.fetch_add(1, Ordering::Relaxed);
         Ok(Cq::new(self.clone(), cqn, cqe))

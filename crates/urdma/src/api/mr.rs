@@ -57,9 +57,17 @@ impl Pd {
         let mem = MemRegion::allocate(len)?;
         let iova = mem.addr() as u64;
         let pdn = self.inner.pdn;
-        let entry = self.inner.dev.inner.driver.with_engine(|e, _| e.reg_mr(pdn, access, iova, mem))?;
+        let entry = self
+            .inner
+            .dev
+            .inner
+            .driver
+            .with_engine(|e, _| e.reg_mr(pdn, access, iova, mem))?;
         Ok(Mr {
-            inner: Arc::new(MrInner { pd: self.clone(), entry }),
+            inner: Arc::new(MrInner {
+                pd: self.clone(),
+                entry,
+            }),
         })
     }
 }
@@ -72,7 +80,13 @@ struct MrInner {
 impl Drop for MrInner {
     fn drop(&mut self) {
         let key = self.entry.lkey;
-        let _ = self.pd.inner.dev.inner.driver.with_engine(|e, _| e.dereg_mr(key));
+        let _ = self
+            .pd
+            .inner
+            .dev
+            .inner
+            .driver
+            .with_engine(|e, _| e.dereg_mr(key));
     }
 }
 
@@ -162,13 +176,21 @@ impl Mr {
     /// posted work request still uses the range as a local buffer.
     pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
         self.check_idle(offset, buf.len())?;
-        self.inner.entry.mem.read(offset, buf).map_err(|e| Error::inval(e.to_string()))
+        self.inner
+            .entry
+            .mem
+            .read(offset, buf)
+            .map_err(|e| Error::inval(e.to_string()))
     }
 
     /// Copy bytes into the region (same rule as [`Mr::read_at`]).
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check_idle(offset, data.len())?;
-        self.inner.entry.mem.write(offset, data).map_err(|e| Error::inval(e.to_string()))
+        self.inner
+            .entry
+            .mem
+            .write(offset, data)
+            .map_err(|e| Error::inval(e.to_string()))
     }
 
     /// The whole region as a vector.
@@ -186,7 +208,10 @@ impl Mr {
                 offset,
                 len,
             }),
-            _ => Err(Error::inval(format!("slice {offset}+{len} outside region of {}", self.len()))),
+            _ => Err(Error::inval(format!(
+                "slice {offset}+{len} outside region of {}",
+                self.len()
+            ))),
         }
     }
 

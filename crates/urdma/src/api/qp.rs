@@ -102,14 +102,22 @@ pub struct Qp {
 
 impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Qp").field("qpn", &self.qpn).field("qp_type", &self.qp_type).finish()
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn)
+            .field("qp_type", &self.qp_type)
+            .finish()
     }
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
         let qpn = self.qpn;
-        let _ = self.pd.device().inner.driver.with_engine(|e, _| e.destroy_qp(qpn));
+        let _ = self
+            .pd
+            .device()
+            .inner
+            .driver
+            .with_engine(|e, _| e.destroy_qp(qpn));
     }
 }
 
@@ -118,11 +126,9 @@ impl Pd {
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
         let pdn = self.pdn();
         let (scq, rcq) = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
-        let qpn = self
-            .device()
-            .inner
-            .driver
-            .with_engine(|e, _| e.create_qp(pdn, init.qp_type, init.cap, init.sq_sig_all, scq, rcq))?;
+        let qpn = self.device().inner.driver.with_engine(|e, _| {
+            e.create_qp(pdn, init.qp_type, init.cap, init.sq_sig_all, scq, rcq)
+        })?;
         Ok(Qp {
             pd: self.clone(),
             _send_cq: init.send_cq.clone(),
@@ -160,7 +166,11 @@ impl Qp {
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let qpn = self.qpn;
-        self.pd.device().inner.driver.with_engine(|e, now| e.modify_qp(now, qpn, attr, mask))
+        self.pd
+            .device()
+            .inner
+            .driver
+            .with_engine(|e, now| e.modify_qp(now, qpn, attr, mask))
     }
 
     /// `ibv_query_qp`.
@@ -181,7 +191,13 @@ impl Qp {
             pkey_index: 0,
             ..QpAttr::default()
         };
-        self.modify(&a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)?;
+        self.modify(
+            &a,
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
+        )?;
         a.qp_state = QpState::Rtr;
         a.path_mtu = opts.mtu.min(remote.mtu).min(self.endpoint().mtu);
         a.dest_qp_num = remote.qpn;
@@ -193,7 +209,11 @@ impl Qp {
         };
         a.max_dest_rd_atomic = opts.max_dest_rd_atomic;
         a.min_rnr_timer = opts.min_rnr_timer;
-        let mut m = QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
+        let mut m = QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN;
         if self.qp_type == QpType::Rc {
             m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
         }
@@ -206,7 +226,10 @@ impl Qp {
         a.max_rd_atomic = opts.max_rd_atomic;
         let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
         if self.qp_type == QpType::Rc {
-            m |= QpAttrMask::TIMEOUT | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY | QpAttrMask::MAX_QP_RD_ATOMIC;
+            m |= QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC;
         }
         self.modify(&a, m)
     }
@@ -215,13 +238,21 @@ impl Qp {
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         let qpn = self.qpn;
         let req = wr.into_request();
-        self.pd.device().inner.driver.with_engine(|e, now| e.post_send(now, qpn, req))
+        self.pd
+            .device()
+            .inner
+            .driver
+            .with_engine(|e, now| e.post_send(now, qpn, req))
     }
 
     /// Post a receive work request.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         let qpn = self.qpn;
         let req = wr.into_request();
-        self.pd.device().inner.driver.with_engine(|e, now| e.post_recv(now, qpn, req))
+        self.pd
+            .device()
+            .inner
+            .driver
+            .with_engine(|e, now| e.post_recv(now, qpn, req))
     }
 }

@@ -71,13 +71,32 @@ impl SendWr {
     }
 
     /// Atomic compare-and-swap; the original value lands in `result` (8 bytes).
-    pub fn compare_swap(wr_id: u64, result: &MrSlice, remote_addr: u64, rkey: u32, compare: u64, swap: u64) -> Self {
-        Self::new(wr_id, SendOp::CompSwap { compare, swap }, std::slice::from_ref(result), remote_addr, rkey)
+    pub fn compare_swap(
+        wr_id: u64,
+        result: &MrSlice,
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        Self::new(
+            wr_id,
+            SendOp::CompSwap { compare, swap },
+            std::slice::from_ref(result),
+            remote_addr,
+            rkey,
+        )
     }
 
     /// Atomic fetch-and-add; the original value lands in `result` (8 bytes).
     pub fn fetch_add(wr_id: u64, result: &MrSlice, remote_addr: u64, rkey: u32, add: u64) -> Self {
-        Self::new(wr_id, SendOp::FetchAdd { add }, std::slice::from_ref(result), remote_addr, rkey)
+        Self::new(
+            wr_id,
+            SendOp::FetchAdd { add },
+            std::slice::from_ref(result),
+            remote_addr,
+            rkey,
+        )
     }
 
     /// Do not generate a completion on success.

@@ -192,7 +192,9 @@ fn accept_in_order(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
     }
     // WQEs wholly before the head WQE holding p.
     loop {
-        let Some(w) = qp.req.sq.front() else { return false };
+        let Some(w) = qp.req.sq.front() else {
+            return false;
+        };
         let d = psn::diff(p, w.first_psn);
         if d >= 0 && (d as u32) < w.npsn {
             break;
@@ -255,7 +257,9 @@ fn on_atomic_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         return;
     }
     let Some(w) = qp.req.sq.front() else { return };
-    let Some(ack) = pkt.repr.atomic_ack_eth else { return };
+    let Some(ack) = pkt.repr.atomic_ack_eth else {
+        return;
+    };
     if !w.op.is_atomic() {
         fail(qp, cx, WcStatus::BadRespErr, 0);
         return;

@@ -2,8 +2,8 @@
 //! fed datagrams, work requests and the time, returning datagrams to send,
 //! completions (into CQs) and timer deadlines. It does no I/O itself.
 
-pub mod counters;
 mod completer;
+pub mod counters;
 mod objects;
 pub mod psn;
 pub mod qp;
@@ -214,7 +214,9 @@ impl Engine {
             return;
         }
         match info.kind {
-            OpKind::ReadResponse | OpKind::Ack | OpKind::AtomicAck => completer::on_response(qp, &mut cx, &pkt),
+            OpKind::ReadResponse | OpKind::Ack | OpKind::AtomicAck => {
+                completer::on_response(qp, &mut cx, &pkt)
+            }
             _ => responder::on_request(qp, &mut cx, &pkt),
         }
         requester::pump(qp, &mut cx);

@@ -9,7 +9,9 @@ use crate::cq::CqShared;
 use crate::error::{Error, Result};
 use crate::mem::MemRegion;
 use crate::mr::{LocalSge, MrEntry};
-use crate::types::{AccessFlags, QpAttrMask as M, QpState, QpType, WcOpcode, WcStatus, WorkCompletion};
+use crate::types::{
+    AccessFlags, QpAttrMask as M, QpState, QpType, WcOpcode, WcStatus, WorkCompletion,
+};
 use crate::verbs::modify::check_transition;
 use crate::verbs::{QpAttr, QpCap};
 use std::net::SocketAddr;
@@ -94,7 +96,13 @@ impl Engine {
     }
 
     /// Register `mem` in `pd`, visible at `iova`, with a fresh unpredictable key.
-    pub fn reg_mr(&mut self, pd: u32, access: AccessFlags, iova: u64, mem: MemRegion) -> Result<Arc<MrEntry>> {
+    pub fn reg_mr(
+        &mut self,
+        pd: u32,
+        access: AccessFlags,
+        iova: u64,
+        mem: MemRegion,
+    ) -> Result<Arc<MrEntry>> {
         use rand::Rng;
         if !self.pds.contains(&pd) {
             return Err(Error::NotFound(format!("pd {pd}")));
@@ -102,7 +110,9 @@ impl Engine {
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !access.contains(AccessFlags::LOCAL_WRITE)
         {
-            return Err(Error::inval("remote write or atomic access requires local write"));
+            return Err(Error::inval(
+                "remote write or atomic access requires local write",
+            ));
         }
         if mem.len() as u64 > self.attr.max_mr_size {
             return Err(Error::inval("region larger than max_mr_size"));
@@ -126,7 +136,9 @@ impl Engine {
 
     /// Deregister an MR; in-flight work keeps the memory alive until done.
     pub fn dereg_mr(&mut self, key: u32) -> Result<Arc<MrEntry>> {
-        self.mrs.remove(&key).ok_or_else(|| Error::NotFound(format!("mr key {key:#x}")))
+        self.mrs
+            .remove(&key)
+            .ok_or_else(|| Error::NotFound(format!("mr key {key:#x}")))
     }
 
     /// Create a QP in the RESET state.
@@ -144,13 +156,22 @@ impl Engine {
         }
         let a = &self.attr;
         if cap.max_send_wr > a.max_qp_wr || cap.max_recv_wr > a.max_qp_wr {
-            return Err(Error::inval(format!("queue depth above max_qp_wr {}", a.max_qp_wr)));
+            return Err(Error::inval(format!(
+                "queue depth above max_qp_wr {}",
+                a.max_qp_wr
+            )));
         }
         if cap.max_send_sge > a.max_sge || cap.max_recv_sge > a.max_sge {
-            return Err(Error::inval(format!("SGE count above max_sge {}", a.max_sge)));
+            return Err(Error::inval(format!(
+                "SGE count above max_sge {}",
+                a.max_sge
+            )));
         }
         if cap.max_inline_data > a.max_inline_data {
-            return Err(Error::inval(format!("inline size above {}", a.max_inline_data)));
+            return Err(Error::inval(format!(
+                "inline size above {}",
+                a.max_inline_data
+            )));
         }
         if self.qps.len() >= a.max_qp as usize {
             return Err(Error::Exhausted("queue pairs".into()));
@@ -169,17 +190,25 @@ impl Engine {
 
     /// Destroy a QP; its queued work is dropped without completions.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
-        self.qps.remove(&qpn).map(|_| ()).ok_or_else(|| Error::NotFound(format!("qp {qpn}")))
+        self.qps
+            .remove(&qpn)
+            .map(|_| ())
+            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))
     }
 
     /// True if some QP uses the CQ.
     pub fn cq_in_use(&self, cqn: u32) -> bool {
-        self.qps.values().any(|q| q.send_cq.cqn == cqn || q.recv_cq.cqn == cqn)
+        self.qps
+            .values()
+            .any(|q| q.send_cq.cqn == cqn || q.recv_cq.cqn == cqn)
     }
 
     /// Current attributes of a QP.
     pub fn query_qp(&self, qpn: u32) -> Result<QpAttr> {
-        let qp = self.qps.get(&qpn).ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        let qp = self
+            .qps
+            .get(&qpn)
+            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
         let mut a = qp.attr;
         a.cur_qp_state = a.qp_state;
         a.sq_psn = qp.req.tail_psn;
@@ -194,7 +223,9 @@ impl Engine {
         let dev = self.attr.clone();
         let local = self.local;
         let (qps, mut cx) = self.split(now);
-        let qp = qps.get_mut(&qpn).ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        let qp = qps
+            .get_mut(&qpn)
+            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
         let cur = qp.state();
         let to = check_transition(qp.qp_type, cur, mask, attr.qp_state, attr.cur_qp_state)?;
         validate_values(attr, mask, &dev, local)?;
@@ -233,7 +264,9 @@ impl Engine {
     /// Post a send work request.
     pub fn post_send(&mut self, now: u64, qpn: u32, wr: SendRequest) -> Result<()> {
         let (qps, mut cx) = self.split(now);
-        let qp = qps.get_mut(&qpn).ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        let qp = qps
+            .get_mut(&qpn)
+            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
         let state = qp.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(Error::WrongState(state));
@@ -260,12 +293,18 @@ impl Engine {
     /// Post a receive work request.
     pub fn post_recv(&mut self, now: u64, qpn: u32, wr: RecvRequest) -> Result<()> {
         let (qps, mut cx) = self.split(now);
-        let qp = qps.get_mut(&qpn).ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        let qp = qps
+            .get_mut(&qpn)
+            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
         if qp.state() == QpState::Reset {
             return Err(Error::WrongState(QpState::Reset));
         }
         if wr.sges.len() > qp.cap.max_recv_sge as usize {
-            return Err(Error::inval(format!("{} SGEs above max_recv_sge {}", wr.sges.len(), qp.cap.max_recv_sge)));
+            return Err(Error::inval(format!(
+                "{} SGEs above max_recv_sge {}",
+                wr.sges.len(),
+                qp.cap.max_recv_sge
+            )));
         }
         if qp.rq.len() >= qp.cap.max_recv_wr as usize {
             return Err(Error::Exhausted("receive queue full".into()));
@@ -273,7 +312,11 @@ impl Engine {
         let sges = resolve_sges(cx.mrs, qp.pd, &wr.sges, AccessFlags::LOCAL_WRITE)
             .map_err(|e| Error::inval(format!("receive buffer: {e}")))?;
         let len = crate::mr::total_len(&sges);
-        let wqe = RecvWqe { wr_id: wr.wr_id, sges, len };
+        let wqe = RecvWqe {
+            wr_id: wr.wr_id,
+            sges,
+            len,
+        };
         if qp.state() == QpState::Err {
             let wc = WorkCompletion::new(wqe.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qpn);
             drop(wqe);
@@ -285,12 +328,20 @@ impl Engine {
     }
 }
 
-fn validate_values(a: &QpAttr, mask: M, dev: &crate::verbs::DeviceAttr, local: SocketAddr) -> Result<()> {
+fn validate_values(
+    a: &QpAttr,
+    mask: M,
+    dev: &crate::verbs::DeviceAttr,
+    local: SocketAddr,
+) -> Result<()> {
     if mask.contains(M::PORT) && a.port_num != 1 {
         return Err(Error::inval(format!("port {} does not exist", a.port_num)));
     }
     if mask.contains(M::PKEY_INDEX) && a.pkey_index != 0 {
-        return Err(Error::inval(format!("pkey index {} out of range", a.pkey_index)));
+        return Err(Error::inval(format!(
+            "pkey index {} out of range",
+            a.pkey_index
+        )));
     }
     if mask.contains(M::RQ_PSN) && a.rq_psn > PSN_MASK {
         return Err(Error::inval("rq_psn wider than 24 bits"));
@@ -314,10 +365,17 @@ fn validate_values(a: &QpAttr, mask: M, dev: &crate::verbs::DeviceAttr, local: S
         return Err(Error::inval("min_rnr_timer above 31"));
     }
     if mask.contains(M::MAX_QP_RD_ATOMIC) && u32::from(a.max_rd_atomic) > dev.max_qp_init_rd_atom {
-        return Err(Error::inval(format!("max_rd_atomic above {}", dev.max_qp_init_rd_atom)));
+        return Err(Error::inval(format!(
+            "max_rd_atomic above {}",
+            dev.max_qp_init_rd_atom
+        )));
     }
-    if mask.contains(M::MAX_DEST_RD_ATOMIC) && u32::from(a.max_dest_rd_atomic) > dev.max_qp_rd_atom {
-        return Err(Error::inval(format!("max_dest_rd_atomic above {}", dev.max_qp_rd_atom)));
+    if mask.contains(M::MAX_DEST_RD_ATOMIC) && u32::from(a.max_dest_rd_atomic) > dev.max_qp_rd_atom
+    {
+        return Err(Error::inval(format!(
+            "max_dest_rd_atomic above {}",
+            dev.max_qp_rd_atom
+        )));
     }
     if mask.contains(M::ACCESS_FLAGS) && !AccessFlags::all().contains(a.qp_access_flags) {
         return Err(Error::inval("unknown access flags"));
@@ -328,7 +386,10 @@ fn validate_values(a: &QpAttr, mask: M, dev: &crate::verbs::DeviceAttr, local: S
             return Err(Error::inval("address vector without a destination GID"));
         }
         if av.sgid_index != 0 {
-            return Err(Error::inval(format!("sgid index {} out of range", av.sgid_index)));
+            return Err(Error::inval(format!(
+                "sgid index {} out of range",
+                av.sgid_index
+            )));
         }
         if av.dgid.to_ip().is_ipv4() != local.is_ipv4() {
             return Err(Error::inval("destination GID of another address family"));
@@ -405,7 +466,9 @@ fn resolve_sges(
         if s.length == 0 {
             continue;
         }
-        let mr = mrs.get(&s.lkey).ok_or_else(|| format!("unknown lkey {:#x}", s.lkey))?;
+        let mr = mrs
+            .get(&s.lkey)
+            .ok_or_else(|| format!("unknown lkey {:#x}", s.lkey))?;
         let off = mr
             .check(pd, s.addr, s.length as usize, need)
             .map_err(|e| format!("lkey {:#x}: {e}", s.lkey))?;
@@ -421,15 +484,23 @@ fn build_send_wqe(
 ) -> Result<SendWqe> {
     let op = wr.op;
     match qp.qp_type {
-        QpType::Uc if op.is_read_or_atomic() => return Err(Error::inval("UC QPs support only SEND and RDMA WRITE")),
+        QpType::Uc if op.is_read_or_atomic() => {
+            return Err(Error::inval("UC QPs support only SEND and RDMA WRITE"))
+        }
         QpType::Ud if op.has_remote() => return Err(Error::inval("UD QPs support only SEND")),
-        QpType::Ud if wr.ud.is_none() => return Err(Error::inval("UD send without an address handle")),
+        QpType::Ud if wr.ud.is_none() => {
+            return Err(Error::inval("UD send without an address handle"))
+        }
         QpType::Rc if op.is_read_or_atomic() && qp.attr.max_rd_atomic == 0 => {
             return Err(Error::inval("READ/atomic on a QP with max_rd_atomic 0"))
         }
         _ => {}
     }
-    let need = if op.is_read_or_atomic() { AccessFlags::LOCAL_WRITE } else { AccessFlags::empty() };
+    let need = if op.is_read_or_atomic() {
+        AccessFlags::LOCAL_WRITE
+    } else {
+        AccessFlags::empty()
+    };
     let (payload, len, local_error) = match wr.data {
         SendData::Inline(bytes) => {
             if op.is_read_or_atomic() {
@@ -447,7 +518,11 @@ fn build_send_wqe(
         }
         SendData::Sges(list) => {
             if list.len() > qp.cap.max_send_sge as usize {
-                return Err(Error::inval(format!("{} SGEs above max_send_sge {}", list.len(), qp.cap.max_send_sge)));
+                return Err(Error::inval(format!(
+                    "{} SGEs above max_send_sge {}",
+                    list.len(),
+                    qp.cap.max_send_sge
+                )));
             }
             let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
             if total > MAX_MSG_SIZE as u64 {
@@ -457,13 +532,19 @@ fn build_send_wqe(
                 Ok(sges) => (Payload::Sges(sges), total as usize, None),
                 Err(why) => {
                     tracing::debug!(qpn = qp.qpn, why, "send WR with a bad local buffer");
-                    (Payload::Sges(Vec::new()), total as usize, Some(WcStatus::LocProtErr))
+                    (
+                        Payload::Sges(Vec::new()),
+                        total as usize,
+                        Some(WcStatus::LocProtErr),
+                    )
                 }
             }
         }
     };
     if op.is_atomic() && len != 8 {
-        return Err(Error::inval("atomic operations need one 8-byte local buffer"));
+        return Err(Error::inval(
+            "atomic operations need one 8-byte local buffer",
+        ));
     }
     if qp.qp_type == QpType::Ud && len > qp.mtu() {
         return Err(Error::inval("UD message larger than the path MTU"));

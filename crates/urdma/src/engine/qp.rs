@@ -194,7 +194,12 @@ impl QpCtx {
         let mut wc = WorkCompletion::new(wqe.wr_id, status, wqe.op.wc_opcode(), self.qpn);
         wc.vendor_err = vendor_err;
         wc.src_qp = self.attr.dest_qp_num;
-        if status == WcStatus::Success && matches!(wc.opcode, WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd) {
+        if status == WcStatus::Success
+            && matches!(
+                wc.opcode,
+                WcOpcode::RdmaRead | WcOpcode::CompSwap | WcOpcode::FetchAdd
+            )
+        {
             wc.byte_len = wqe.len as u32;
         }
         // Release the local buffers before the completion becomes visible.

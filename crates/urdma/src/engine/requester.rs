@@ -144,7 +144,12 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
 
 /// Send the packet (or READ request chunk) at `cur` of `sq[send_pos]`
 /// and advance the send pointer.
-fn send_one(qp: &mut QpCtx, cx: &mut Ctx<'_>, dst: std::net::SocketAddr, cur: u32) -> Result<(), tx::PayloadError> {
+fn send_one(
+    qp: &mut QpCtx,
+    cx: &mut Ctx<'_>,
+    dst: std::net::SocketAddr,
+    cur: u32,
+) -> Result<(), tx::PayloadError> {
     let mtu = qp.mtu();
     let pos = qp.req.send_pos;
     let k = qp.req.send_pkt;
@@ -198,7 +203,9 @@ fn send_one(qp: &mut QpCtx, cx: &mut Ctx<'_>, dst: std::net::SocketAddr, cur: u3
             bth.solicited = last && wqe.solicited;
             bth.ack_req = rc && (last || (k + 1) % ACK_EVERY == 0 || window_full_next);
             let mut repr = PacketRepr::new(bth);
-            if matches!(op, SendOp::Write | SendOp::WriteImm(_)) && matches!(p, Pos::First | Pos::Only) {
+            if matches!(op, SendOp::Write | SendOp::WriteImm(_))
+                && matches!(p, Pos::First | Pos::Only)
+            {
                 repr.reth = Some(Reth {
                     va: wqe.remote_va,
                     rkey: wqe.rkey,
@@ -275,8 +282,17 @@ mod tests {
 
     #[test]
     fn opcodes_follow_transport() {
-        assert_eq!(data_opcode(QpType::Rc, SendOp::WriteImm(1), Pos::Only), Opcode::RcWriteOnlyImm);
-        assert_eq!(data_opcode(QpType::Uc, SendOp::Send, Pos::Middle), Opcode::UcSendMiddle);
-        assert_eq!(data_opcode(QpType::Rc, SendOp::SendImm(0), Pos::Last), Opcode::RcSendLastImm);
+        assert_eq!(
+            data_opcode(QpType::Rc, SendOp::WriteImm(1), Pos::Only),
+            Opcode::RcWriteOnlyImm
+        );
+        assert_eq!(
+            data_opcode(QpType::Uc, SendOp::Send, Pos::Middle),
+            Opcode::UcSendMiddle
+        );
+        assert_eq!(
+            data_opcode(QpType::Rc, SendOp::SendImm(0), Pos::Last),
+            Opcode::RcSendLastImm
+        );
     }
 }

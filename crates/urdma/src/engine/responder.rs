@@ -7,9 +7,13 @@ use super::tx::{self, PayloadSrc};
 use super::wqe::RecvWqe;
 use super::{drop_packet, psn, Ctx};
 use crate::mr::{scatter, MrEntry};
-use crate::types::{AccessFlags, AsyncEventKind, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::types::{
+    AccessFlags, AsyncEventKind, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
 use std::sync::Arc;
-use urdma_wire::{AckSyndrome, Aeth, AtomicAckEth, Bth, NakCode, OpKind, Opcode, Packet, PacketRepr, Position};
+use urdma_wire::{
+    AckSyndrome, Aeth, AtomicAckEth, Bth, NakCode, OpKind, Opcode, Packet, PacketRepr, Position,
+};
 
 /// ACK credit field value meaning "no end-to-end credits in use".
 const NO_CREDITS: u8 = 31;
@@ -18,7 +22,10 @@ const MIN_HISTORY: usize = 16;
 
 /// Handle a request packet for `qp`.
 pub fn on_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
-    if !matches!(qp.state(), QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
+    if !matches!(
+        qp.state(),
+        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+    ) {
         drop_packet(qp, cx, "request in a state that cannot receive");
         return;
     }
@@ -117,7 +124,14 @@ fn take_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> Option<RecvWqe> {
 
 fn ack_if_asked(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     if pkt.repr.bth.ack_req {
-        send_aeth(qp, cx, pkt.repr.bth.psn, AckSyndrome::Ack { credits: NO_CREDITS });
+        send_aeth(
+            qp,
+            cx,
+            pkt.repr.bth.psn,
+            AckSyndrome::Ack {
+                credits: NO_CREDITS,
+            },
+        );
     }
 }
 
@@ -126,15 +140,23 @@ fn rc_send(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     let info = pkt.repr.bth.opcode.info();
     let starts = matches!(info.position, Position::First | Position::Only);
     let in_msg = qp.resp.recv.is_some();
-    if info.has_ieth || qp.resp.write.is_some() || starts == in_msg || !length_ok(info.position, pkt.payload.len(), qp.mtu()) {
+    if info.has_ieth
+        || qp.resp.write.is_some()
+        || starts == in_msg
+        || !length_ok(info.position, pkt.payload.len(), qp.mtu())
+    {
         nak_error(qp, cx, p, NakCode::InvalidRequest);
         return;
     }
     if starts {
-        let Some(w) = take_recv(qp, cx, p) else { return };
+        let Some(w) = take_recv(qp, cx, p) else {
+            return;
+        };
         qp.resp.recv = Some((w, 0));
     }
-    let Some((wqe, off)) = qp.resp.recv.take() else { return };
+    let Some((wqe, off)) = qp.resp.recv.take() else {
+        return;
+    };
     if off + pkt.payload.len() > wqe.len {
         fail_recv(qp, cx, wqe, WcStatus::LocLenErr);
         nak_error(qp, cx, p, NakCode::InvalidRequest);
@@ -184,7 +206,10 @@ fn rc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     let mtu = qp.mtu();
     let len = pkt.payload.len();
     let starts = matches!(info.position, Position::First | Position::Only);
-    if qp.resp.recv.is_some() || starts == qp.resp.write.is_some() || !length_ok(info.position, len, mtu) {
+    if qp.resp.recv.is_some()
+        || starts == qp.resp.write.is_some()
+        || !length_ok(info.position, len, mtu)
+    {
         nak_error(qp, cx, p, NakCode::InvalidRequest);
         return;
     }
@@ -222,7 +247,9 @@ fn rc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
             with_imm: info.has_immdt,
         });
     }
-    let Some(w) = qp.resp.write.as_ref() else { return };
+    let Some(w) = qp.resp.write.as_ref() else {
+        return;
+    };
     let last = matches!(info.position, Position::Last | Position::Only);
     if (last && len != w.remaining) || (!last && len >= w.remaining) {
         nak_error(qp, cx, p, NakCode::InvalidRequest);
@@ -236,7 +263,9 @@ fn rc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     } else {
         None
     };
-    let Some(mut w) = qp.resp.write.take() else { return };
+    let Some(mut w) = qp.resp.write.take() else {
+        return;
+    };
     if let Some(mr) = &w.mr {
         if mr.mem.write(w.offset, pkt.payload).is_err() {
             nak_error(qp, cx, p, NakCode::RemoteAccessError);
@@ -249,7 +278,12 @@ fn rc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     if last {
         qp.resp.msn = psn::add(qp.resp.msn, 1);
         if let Some(r) = recv {
-            let mut wc = WorkCompletion::new(r.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qp.qpn);
+            let mut wc = WorkCompletion::new(
+                r.wr_id,
+                WcStatus::Success,
+                WcOpcode::RecvRdmaWithImm,
+                qp.qpn,
+            );
             wc.byte_len = w.total as u32;
             wc.src_qp = qp.attr.dest_qp_num;
             wc.imm_data = pkt.repr.immdt.unwrap_or(0);
@@ -273,7 +307,14 @@ fn remember(qp: &mut QpCtx, rec: RdAtomicRecord) {
 
 /// Send the responses to a READ of `len` bytes at region offset `off`,
 /// starting at PSN `first`.
-fn read_responses(qp: &mut QpCtx, cx: &mut Ctx<'_>, mr: Option<&MrEntry>, off: usize, len: usize, first: u32) {
+fn read_responses(
+    qp: &mut QpCtx,
+    cx: &mut Ctx<'_>,
+    mr: Option<&MrEntry>,
+    off: usize,
+    len: usize,
+    first: u32,
+) {
     let mtu = qp.mtu();
     let n = len.div_ceil(mtu).max(1);
     for i in 0..n {
@@ -283,10 +324,16 @@ fn read_responses(qp: &mut QpCtx, cx: &mut Ctx<'_>, mr: Option<&MrEntry>, off: u
             (i, n) if i + 1 == n => Opcode::RcReadResponseLast,
             _ => Opcode::RcReadResponseMiddle,
         };
-        let mut repr = PacketRepr::new(Bth::new(opcode, qp.attr.dest_qp_num, psn::add(first, i as u32)));
+        let mut repr = PacketRepr::new(Bth::new(
+            opcode,
+            qp.attr.dest_qp_num,
+            psn::add(first, i as u32),
+        ));
         if opcode.info().has_aeth {
             repr.aeth = Some(Aeth {
-                syndrome: AckSyndrome::Ack { credits: NO_CREDITS },
+                syndrome: AckSyndrome::Ack {
+                    credits: NO_CREDITS,
+                },
                 msn: qp.resp.msn,
             });
         }
@@ -302,7 +349,10 @@ fn read_responses(qp: &mut QpCtx, cx: &mut Ctx<'_>, mr: Option<&MrEntry>, off: u
 
 fn rc_read(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     let p = pkt.repr.bth.psn;
-    if qp.resp.recv.is_some() || qp.resp.write.is_some() || !qp.attr.qp_access_flags.contains(AccessFlags::REMOTE_READ) {
+    if qp.resp.recv.is_some()
+        || qp.resp.write.is_some()
+        || !qp.attr.qp_access_flags.contains(AccessFlags::REMOTE_READ)
+    {
         nak_error(qp, cx, p, NakCode::InvalidRequest);
         return;
     }
@@ -377,7 +427,9 @@ fn rc_atomic(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
 fn atomic_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, orig: u64) {
     let mut repr = PacketRepr::new(Bth::new(Opcode::RcAtomicAck, qp.attr.dest_qp_num, p));
     repr.aeth = Some(Aeth {
-        syndrome: AckSyndrome::Ack { credits: NO_CREDITS },
+        syndrome: AckSyndrome::Ack {
+            credits: NO_CREDITS,
+        },
         msn: qp.resp.msn,
     });
     repr.atomic_ack_eth = Some(AtomicAckEth { orig });
@@ -392,7 +444,14 @@ fn duplicate(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         OpKind::Send | OpKind::Write => {
             if pkt.repr.bth.ack_req {
                 let last = psn::prev(qp.resp.epsn);
-                send_aeth(qp, cx, last, AckSyndrome::Ack { credits: NO_CREDITS });
+                send_aeth(
+                    qp,
+                    cx,
+                    last,
+                    AckSyndrome::Ack {
+                        credits: NO_CREDITS,
+                    },
+                );
             }
         }
         OpKind::ReadRequest => {
@@ -401,7 +460,9 @@ fn duplicate(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
                 .history
                 .iter()
                 .rev()
-                .find(|r| r.atomic_orig.is_none() && psn::le(r.first_psn, p) && psn::le(p, r.last_psn))
+                .find(|r| {
+                    r.atomic_orig.is_none() && psn::le(r.first_psn, p) && psn::le(p, r.last_psn)
+                })
                 .copied()
             else {
                 drop_packet(qp, cx, "duplicate READ no longer remembered");
@@ -432,7 +493,13 @@ fn duplicate(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
             read_responses(qp, cx, mr, off, len, p);
         }
         OpKind::CompareSwap | OpKind::FetchAdd => {
-            let orig = qp.resp.history.iter().rev().find(|r| r.first_psn == p).and_then(|r| r.atomic_orig);
+            let orig = qp
+                .resp
+                .history
+                .iter()
+                .rev()
+                .find(|r| r.first_psn == p)
+                .and_then(|r| r.atomic_orig);
             match orig {
                 Some(o) => atomic_ack(qp, cx, p, o),
                 None => drop_packet(qp, cx, "duplicate atomic no longer remembered"),
@@ -486,7 +553,9 @@ fn uc_send(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
         };
         qp.resp.recv = Some((w, 0));
     }
-    let Some((wqe, off)) = qp.resp.recv.take() else { return };
+    let Some((wqe, off)) = qp.resp.recv.take() else {
+        return;
+    };
     if off + pkt.payload.len() > wqe.len || scatter(&wqe.sges, off, pkt.payload).is_err() {
         fail_recv(qp, cx, wqe, WcStatus::LocLenErr);
         uc_abandon(qp, cx, p, "UC SEND longer than the receive buffer");
@@ -542,7 +611,9 @@ fn uc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
         });
     }
     let last = matches!(info.position, Position::Last | Position::Only);
-    let Some(mut w) = qp.resp.write.take() else { return };
+    let Some(mut w) = qp.resp.write.take() else {
+        return;
+    };
     if (last && len != w.remaining) || (!last && len >= w.remaining) {
         uc_abandon(qp, cx, p, "UC WRITE length mismatch");
         return;
@@ -568,7 +639,12 @@ fn uc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
     w.remaining -= len;
     qp.resp.epsn = psn::add(p, 1);
     if let Some(r) = recv {
-        let mut wc = WorkCompletion::new(r.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qp.qpn);
+        let mut wc = WorkCompletion::new(
+            r.wr_id,
+            WcStatus::Success,
+            WcOpcode::RecvRdmaWithImm,
+            qp.qpn,
+        );
         wc.byte_len = w.total as u32;
         wc.src_qp = qp.attr.dest_qp_num;
         wc.imm_data = pkt.repr.immdt.unwrap_or(0);
@@ -585,7 +661,11 @@ pub const GRH_LEN: usize = 40;
 
 /// The 40-byte GRH area as RoCE v2 presents it: for IPv4, 20 zero bytes
 /// then the IPv4 header; for IPv6, the IPv6 header.
-fn grh_bytes(src: std::net::SocketAddr, dst: std::net::SocketAddr, udp_len: usize) -> [u8; GRH_LEN] {
+fn grh_bytes(
+    src: std::net::SocketAddr,
+    dst: std::net::SocketAddr,
+    udp_len: usize,
+) -> [u8; GRH_LEN] {
     let mut g = [0u8; GRH_LEN];
     match (src.ip(), dst.ip()) {
         (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => {
@@ -641,7 +721,11 @@ fn ud_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         return;
     }
     let src = cx.last_src;
-    let udp_len = 8 + pkt.repr.header_len() + pkt.payload.len() + pkt.repr.bth.pad_count as usize + urdma_wire::ICRC_LEN;
+    let udp_len = 8
+        + pkt.repr.header_len()
+        + pkt.payload.len()
+        + pkt.repr.bth.pad_count as usize
+        + urdma_wire::ICRC_LEN;
     let grh = grh_bytes(src, cx.local, udp_len);
     if scatter(&wqe.sges, 0, &grh).is_err() || scatter(&wqe.sges, GRH_LEN, pkt.payload).is_err() {
         fail_recv(qp, cx, wqe, WcStatus::LocProtErr);
@@ -665,10 +749,17 @@ mod tests {
 
     #[test]
     fn grh_of_ipv4_has_a_valid_checksum() {
-        let g = grh_bytes("127.0.0.1:4791".parse().unwrap(), "127.0.0.2:4791".parse().unwrap(), 100);
+        let g = grh_bytes(
+            "127.0.0.1:4791".parse().unwrap(),
+            "127.0.0.2:4791".parse().unwrap(),
+            100,
+        );
         assert!(g[..20].iter().all(|&b| b == 0));
         let h = &g[20..];
-        let mut sum: u32 = h.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+        let mut sum: u32 = h
+            .chunks(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+            .sum();
         while sum > 0xffff {
             sum = (sum & 0xffff) + (sum >> 16);
         }

@@ -44,8 +44,13 @@ pub fn send(
     match payload {
         PayloadSrc::Empty => {}
         PayloadSrc::Bytes(b) => out.extend_from_slice(b),
-        PayloadSrc::Gather(sges, off, n) => gather(sges, off, n, &mut out).map_err(|_| PayloadError)?,
-        PayloadSrc::Region(mr, off, n) => mr.mem.read_into(off, n, &mut out).map_err(|_| PayloadError)?,
+        PayloadSrc::Gather(sges, off, n) => {
+            gather(sges, off, n, &mut out).map_err(|_| PayloadError)?
+        }
+        PayloadSrc::Region(mr, off, n) => mr
+            .mem
+            .read_into(off, n, &mut out)
+            .map_err(|_| PayloadError)?,
     }
     let ctx = IcrcContext { src: cx.local, dst };
     if urdma_wire::seal(&mut out, &ctx).is_err() {

@@ -45,7 +45,10 @@ impl SendOp {
 
     /// True for READ and atomics (responses carry data back).
     pub fn is_read_or_atomic(self) -> bool {
-        matches!(self, SendOp::Read | SendOp::CompSwap { .. } | SendOp::FetchAdd { .. })
+        matches!(
+            self,
+            SendOp::Read | SendOp::CompSwap { .. } | SendOp::FetchAdd { .. }
+        )
     }
 
     /// True for atomics.

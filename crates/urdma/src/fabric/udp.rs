@@ -33,7 +33,11 @@ pub struct UdpDriver {
 
 fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let domain = if addr.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let domain = if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
@@ -50,13 +54,23 @@ fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     if addr.is_ipv4() {
         // DF set and IP ID 0 on an unconnected socket: the IPv4 header
         // fields that the ICRC covers are then known to both ends.
-        setsockopt_int(&s, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+        setsockopt_int(
+            &s,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )?;
     }
     s.bind(&addr.into())?;
     Ok(s.into())
 }
 
-fn setsockopt_int(s: &socket2::Socket, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> std::io::Result<()> {
+fn setsockopt_int(
+    s: &socket2::Socket,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: setsockopt reads sizeof(c_int) bytes from &v, a live local.
     let r = unsafe {
@@ -164,7 +178,11 @@ impl UdpDriver {
                     if now >= d {
                         return None;
                     }
-                    q = self.events_cv.wait_timeout(q, d - now).unwrap_or_else(|e| e.into_inner()).0;
+                    q = self
+                        .events_cv
+                        .wait_timeout(q, d - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
             }
         }
@@ -207,7 +225,11 @@ impl UdpDriver {
             match got {
                 Ok((0, _)) => {}
                 Ok((n, src)) => eng.handle_datagram(now, src, &buf[..n]),
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
                 Err(e) => tracing::debug!(error = %e, "receive failed"),
             }
             if eng.next_deadline().is_some_and(|d| d <= now) {

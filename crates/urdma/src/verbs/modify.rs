@@ -51,7 +51,10 @@ pub fn transition_rule(qp_type: QpType, from: S, to: S) -> Option<TransitionRule
             Ud => rule(M::SQ_PSN, M::CUR_STATE.union(M::QKEY)),
             Uc => rule(
                 M::SQ_PSN,
-                M::CUR_STATE.union(M::ALT_PATH).union(M::ACCESS_FLAGS).union(M::PATH_MIG_STATE),
+                M::CUR_STATE
+                    .union(M::ALT_PATH)
+                    .union(M::ACCESS_FLAGS)
+                    .union(M::PATH_MIG_STATE),
             ),
             Rc => rule(
                 M::SQ_PSN
@@ -70,7 +73,10 @@ pub fn transition_rule(qp_type: QpType, from: S, to: S) -> Option<TransitionRule
             Ud => rule(none, M::CUR_STATE.union(M::QKEY)),
             Uc => rule(
                 none,
-                M::CUR_STATE.union(M::ACCESS_FLAGS).union(M::ALT_PATH).union(M::PATH_MIG_STATE),
+                M::CUR_STATE
+                    .union(M::ACCESS_FLAGS)
+                    .union(M::ALT_PATH)
+                    .union(M::PATH_MIG_STATE),
             ),
             Rc => rule(
                 none,
@@ -86,7 +92,10 @@ pub fn transition_rule(qp_type: QpType, from: S, to: S) -> Option<TransitionRule
             Ud => rule(none, M::CUR_STATE.union(M::QKEY)),
             Uc => rule(
                 none,
-                M::CUR_STATE.union(M::ALT_PATH).union(M::ACCESS_FLAGS).union(M::PATH_MIG_STATE),
+                M::CUR_STATE
+                    .union(M::ALT_PATH)
+                    .union(M::ACCESS_FLAGS)
+                    .union(M::PATH_MIG_STATE),
             ),
             Rc => rule(
                 none,
@@ -101,7 +110,11 @@ pub fn transition_rule(qp_type: QpType, from: S, to: S) -> Option<TransitionRule
             Ud => rule(none, M::PKEY_INDEX.union(M::QKEY)),
             Uc => rule(
                 none,
-                M::AV.union(M::ALT_PATH).union(M::ACCESS_FLAGS).union(M::PKEY_INDEX).union(M::PATH_MIG_STATE),
+                M::AV
+                    .union(M::ALT_PATH)
+                    .union(M::ACCESS_FLAGS)
+                    .union(M::PKEY_INDEX)
+                    .union(M::PATH_MIG_STATE),
             ),
             Rc => rule(
                 none,
@@ -132,11 +145,18 @@ pub fn transition_rule(qp_type: QpType, from: S, to: S) -> Option<TransitionRule
 /// every required attribute and nothing else. Returns the target state.
 pub fn check_transition(qp_type: QpType, cur: S, mask: M, target: S, cur_claim: S) -> Result<S> {
     let to = if mask.contains(M::STATE) { target } else { cur };
-    let fail = |reason: String| Error::BadTransition { from: cur, to, reason };
+    let fail = |reason: String| Error::BadTransition {
+        from: cur,
+        to,
+        reason,
+    };
     if mask.contains(M::CUR_STATE) && cur_claim != cur {
-        return Err(fail(format!("cur_qp_state {cur_claim:?} is not the QP's state")));
+        return Err(fail(format!(
+            "cur_qp_state {cur_claim:?} is not the QP's state"
+        )));
     }
-    let r = transition_rule(qp_type, cur, to).ok_or_else(|| fail("transition not allowed".into()))?;
+    let r =
+        transition_rule(qp_type, cur, to).ok_or_else(|| fail("transition not allowed".into()))?;
     let given = mask.difference(M::STATE);
     let missing = r.required.difference(given);
     if !missing.is_empty() {
@@ -156,24 +176,48 @@ mod tests {
     #[test]
     fn rc_connect_sequence() {
         let init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
-        assert_eq!(check_transition(QpType::Rc, S::Reset, init, S::Init, S::Reset).unwrap(), S::Init);
-        let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-        assert_eq!(check_transition(QpType::Rc, S::Init, rtr, S::Rtr, S::Reset).unwrap(), S::Rtr);
-        let rts = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-        assert_eq!(check_transition(QpType::Rc, S::Rtr, rts, S::Rts, S::Reset).unwrap(), S::Rts);
+        assert_eq!(
+            check_transition(QpType::Rc, S::Reset, init, S::Init, S::Reset).unwrap(),
+            S::Init
+        );
+        let rtr = M::STATE
+            | M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER;
+        assert_eq!(
+            check_transition(QpType::Rc, S::Init, rtr, S::Rtr, S::Reset).unwrap(),
+            S::Rtr
+        );
+        let rts =
+            M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+        assert_eq!(
+            check_transition(QpType::Rc, S::Rtr, rts, S::Rts, S::Reset).unwrap(),
+            S::Rts
+        );
     }
 
     #[test]
     fn missing_extra_and_forbidden() {
         let e = check_transition(QpType::Rc, S::Reset, M::STATE | M::PORT, S::Init, S::Reset);
         assert!(matches!(e, Err(Error::BadTransition { .. })));
-        let e = check_transition(QpType::Rc, S::Reset, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS | M::SQ_PSN, S::Init, S::Reset);
+        let e = check_transition(
+            QpType::Rc,
+            S::Reset,
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS | M::SQ_PSN,
+            S::Init,
+            S::Reset,
+        );
         assert!(e.is_err());
         assert!(check_transition(QpType::Rc, S::Reset, M::STATE, S::Rts, S::Reset).is_err());
         assert!(check_transition(QpType::Rc, S::Init, M::STATE, S::Rts, S::Reset).is_err());
         assert!(check_transition(QpType::Rc, S::Sqe, M::STATE, S::Rts, S::Reset).is_err());
         // Wrong claim of the current state.
-        assert!(check_transition(QpType::Rc, S::Rts, M::STATE | M::CUR_STATE, S::Rts, S::Rtr).is_err());
+        assert!(
+            check_transition(QpType::Rc, S::Rts, M::STATE | M::CUR_STATE, S::Rts, S::Rtr).is_err()
+        );
     }
 
     #[test]
