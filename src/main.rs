@@ -1,1 +1,45 @@
-fn main() {}
+//! `urdma`: list devices and benchmark RDMA over urdma.
+
+mod bench;
+mod devices;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// urdma: a software RDMA NIC (RoCEv2 over UDP).
+#[derive(Parser)]
+#[command(name = "urdma", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List urdma devices and their attributes, as ibv_devinfo does.
+    Devices(devices::DevicesArgs),
+    /// Measure bandwidth and latency of RDMA WRITE, READ and SEND.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("URDMA_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Devices(a) => devices::run(&a),
+        Command::Bench(a) => bench::run(&a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("urdma: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -31,6 +31,7 @@
 //! ```
 
 pub mod api;
+pub mod config;
 pub mod cq;
 pub mod engine;
 pub mod error;

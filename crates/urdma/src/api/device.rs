@@ -79,13 +79,20 @@ fn node_guid(addr: &SocketAddr) -> u64 {
     u64::from_be_bytes(g)
 }
 
+/// The attributes a device on `config` has.
+pub fn device_attr_for(config: &DeviceConfig) -> DeviceAttr {
+    let local = SocketAddr::new(config.addr, config.port);
+    let mut attr = DeviceAttr::default();
+    attr.node_guid = node_guid(&local);
+    attr.sys_image_guid = attr.node_guid;
+    attr
+}
+
 impl Device {
     /// Open a device: bind its UDP socket and start its receive thread.
     pub fn open(config: DeviceConfig) -> Result<Device> {
         let local = SocketAddr::new(config.addr, config.port);
-        let mut attr = DeviceAttr::default();
-        attr.node_guid = node_guid(&local);
-        attr.sys_image_guid = attr.node_guid;
+        let attr = device_attr_for(&config);
         let engine = Engine::new(local, attr.clone(), None);
         let driver = UdpDriver::bind(local, engine)?;
         let thread = driver.start(&config.name)?;

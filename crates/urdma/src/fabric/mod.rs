@@ -1,3 +1,4 @@
 //! Fabrics: how datagrams leave and reach a device's engine.
 
+pub mod sim;
 pub mod udp;

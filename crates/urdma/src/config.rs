@@ -1,0 +1,148 @@
+//! Which devices exist: from the environment, a configuration file, or
+//! the host's interfaces.
+//!
+//! In order of precedence:
+//! 1. `URDMA_ADDR=IP` (with optional `URDMA_PORT`): exactly one device,
+//!    `urdma0`, on that address.
+//! 2. `URDMA_CONFIG=FILE`, else `/etc/urdma.toml` if it exists: a TOML file
+//!    with `[[device]]` tables (`name`, `addr`, optional `port`).
+//! 3. One device per IPv4 address of the host's up interfaces, loopback
+//!    included, named `urdma0`, `urdma1`, ... in interface order, all on
+//!    `URDMA_PORT` or 4791.
+
+use crate::api::DeviceConfig;
+use crate::error::{Error, Result};
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::Path;
+
+/// Default configuration file.
+pub const DEFAULT_CONFIG_FILE: &str = "/etc/urdma.toml";
+
+#[derive(Deserialize)]
+struct FileConfig {
+    #[serde(default)]
+    device: Vec<FileDevice>,
+}
+
+#[derive(Deserialize)]
+struct FileDevice {
+    name: Option<String>,
+    addr: IpAddr,
+    port: Option<u16>,
+}
+
+fn env_port() -> Result<u16> {
+    match std::env::var("URDMA_PORT") {
+        Ok(p) => p
+            .parse()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| Error::inval(format!("URDMA_PORT={p} is not a UDP port"))),
+        Err(_) => Ok(urdma_wire::ROCEV2_UDP_PORT),
+    }
+}
+
+/// Parse a configuration file's text.
+pub fn parse_config(text: &str, default_port: u16) -> Result<Vec<DeviceConfig>> {
+    let f: FileConfig =
+        toml::from_str(text).map_err(|e| Error::inval(format!("configuration: {e}")))?;
+    let mut out = Vec::new();
+    for (i, d) in f.device.into_iter().enumerate() {
+        out.push(DeviceConfig {
+            name: d.name.unwrap_or_else(|| format!("urdma{i}")),
+            addr: d.addr,
+            port: d.port.unwrap_or(default_port),
+        });
+    }
+    check_unique(&out)?;
+    Ok(out)
+}
+
+fn check_unique(devs: &[DeviceConfig]) -> Result<()> {
+    for (i, a) in devs.iter().enumerate() {
+        for b in &devs[i + 1..] {
+            if a.name == b.name {
+                return Err(Error::inval(format!("device name {} used twice", a.name)));
+            }
+            if a.addr == b.addr && a.port == b.port {
+                return Err(Error::inval(format!(
+                    "address {}:{} used twice",
+                    a.addr, a.port
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One device per IPv4 address of the up interfaces.
+pub fn from_interfaces(port: u16) -> Result<Vec<DeviceConfig>> {
+    let ifs = if_addrs::get_if_addrs()?;
+    let mut out: Vec<DeviceConfig> = Vec::new();
+    for itf in ifs {
+        let ip = itf.ip();
+        if !ip.is_ipv4() || out.iter().any(|d| d.addr == ip) {
+            continue;
+        }
+        out.push(DeviceConfig {
+            name: format!("urdma{}", out.len()),
+            addr: ip,
+            port,
+        });
+    }
+    Ok(out)
+}
+
+/// The devices this process should see.
+pub fn discover() -> Result<Vec<DeviceConfig>> {
+    let port = env_port()?;
+    if let Ok(a) = std::env::var("URDMA_ADDR") {
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|_| Error::inval(format!("URDMA_ADDR={a} is not an IP address")))?;
+        return Ok(vec![DeviceConfig {
+            name: "urdma0".into(),
+            addr,
+            port,
+        }]);
+    }
+    let file = std::env::var("URDMA_CONFIG").ok();
+    let path = file.as_deref().unwrap_or(DEFAULT_CONFIG_FILE);
+    if file.is_some() || Path::new(path).exists() {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::inval(format!("{path}: {e}")))?;
+        return parse_config(&text, port);
+    }
+    from_interfaces(port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_file_devices() {
+        let t = "[[device]]\naddr = \"127.0.0.1\"\n[[device]]\nname = \"x\"\naddr = \"::1\"\nport = 5000\n";
+        let d = parse_config(t, 4791).unwrap();
+        assert_eq!(d[0].name, "urdma0");
+        assert_eq!(d[0].port, 4791);
+        assert_eq!(d[1].name, "x");
+        assert_eq!(d[1].port, 5000);
+    }
+
+    #[test]
+    fn config_errors_are_reported() {
+        assert!(parse_config("[[device]]\naddr = \"nope\"\n", 4791).is_err());
+        let dup = "[[device]]\naddr = \"127.0.0.1\"\n[[device]]\naddr = \"127.0.0.1\"\n";
+        assert!(parse_config(dup, 4791).is_err());
+    }
+
+    #[test]
+    fn interfaces_include_loopback() {
+        let d = from_interfaces(4791).unwrap();
+        assert!(d
+            .iter()
+            .any(|c| c.addr == "127.0.0.1".parse::<IpAddr>().unwrap()));
+    }
+}

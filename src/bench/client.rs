@@ -1,0 +1,248 @@
+//! The active side of `urdma bench`: runs each test and prints the table.
+
+use super::proto::{Channel, Msg, TestKind};
+use super::session::{reap, set_stamp, wait_stamp, Params, Session};
+use super::stats::{self, Latency};
+use super::{tcp, Op};
+use anyhow::{bail, Result};
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use urdma::{MrSlice, RecvWr, SendWr};
+
+/// What the client measures.
+pub struct Plan {
+    /// Operations.
+    pub ops: Vec<Op>,
+    /// Message sizes.
+    pub sizes: Vec<usize>,
+    /// Fixed iteration count (None: chosen per size).
+    pub iters: Option<usize>,
+    /// Measure bandwidth.
+    pub bw: bool,
+    /// Measure latency.
+    pub lat: bool,
+}
+
+fn bw_iters(size: usize) -> usize {
+    ((256usize << 20) / size.max(1)).clamp(200, 20_000)
+}
+
+fn lat_iters(size: usize) -> usize {
+    if size <= 65536 {
+        1000
+    } else {
+        100
+    }
+}
+
+struct Client {
+    s: Session,
+    ch: Channel,
+    data: TcpStream,
+    depth: usize,
+    tcp_bw: HashMap<usize, f64>,
+    tcp_lat: HashMap<usize, Latency>,
+    step: usize,
+    steps: usize,
+}
+
+/// Run the plan against the server behind `ctrl` and `data`.
+pub fn run(ctrl: TcpStream, data: TcpStream, p: &Params, plan: &Plan) -> Result<()> {
+    let ip = ctrl.local_addr()?.ip();
+    let mut ch = Channel::new(ctrl)?;
+    data.set_nodelay(true)?;
+    let s = Session::connect(ip, p, &mut ch, true)?;
+    println!(
+        "urdma bench: {} -> {} (UDP port {}), RC, path MTU {}, {} outstanding WRs",
+        s.dev.local_addr().ip(),
+        s.peer_ip(),
+        p.udp_port,
+        p.mtu.bytes(),
+        p.depth
+    );
+    let per_op = usize::from(plan.bw) + usize::from(plan.lat);
+    let mut c = Client {
+        s,
+        ch,
+        data,
+        depth: p.depth,
+        tcp_bw: HashMap::new(),
+        tcp_lat: HashMap::new(),
+        step: 0,
+        steps: plan.ops.len() * per_op * plan.sizes.len(),
+    };
+    if plan.bw {
+        for &op in &plan.ops {
+            stats::header(&format!("{} BW Test", op.title()), true);
+            for &size in &plan.sizes {
+                let iters = plan.iters.unwrap_or_else(|| bw_iters(size));
+                c.progress(op, "bandwidth", size);
+                let t = c.measure(op.bw_kind(), size, iters)?;
+                let (mib, mpps) = stats::bandwidth(size, iters, t);
+                let tcp = c.tcp_bandwidth(size, iters)?;
+                stats::bw_row(size, iters, mib, mpps, Some(tcp));
+            }
+        }
+    }
+    if plan.lat {
+        for &op in &plan.ops {
+            stats::header(&format!("{} Latency Test", op.title()), false);
+            for &size in &plan.sizes {
+                let iters = plan.iters.unwrap_or_else(|| lat_iters(size));
+                c.progress(op, "latency", size);
+                let l = c.latency(op.lat_kind(), size, iters)?;
+                let tcp = c.tcp_latency(size, iters)?;
+                stats::lat_row(size, iters, &l, Some(&tcp));
+            }
+        }
+    }
+    println!("{}", "-".repeat(96));
+    println!("Latencies of WRITE and SEND are half round trips, as perftest reports them; READ latency is a full round trip.");
+    let k = c.s.dev.counters();
+    println!(
+        "client device: {} packets sent, {} received, {} retransmitted, {} timeouts, {} dropped",
+        k.tx_packets, k.rx_packets, k.retransmits, k.timeouts, k.dropped
+    );
+    c.ch.send(&Msg::Bye)?;
+    Ok(())
+}
+
+impl Session {
+    fn peer_ip(&self) -> String {
+        self.qp
+            .query()
+            .map(|a| a.ah_attr.dgid.to_ip().to_string())
+            .unwrap_or_default()
+    }
+}
+
+impl Client {
+    fn progress(&mut self, op: Op, what: &str, size: usize) {
+        self.step += 1;
+        eprintln!(
+            "[{}/{}] {} {what}, {size} bytes",
+            self.step,
+            self.steps,
+            op.title()
+        );
+    }
+
+    /// Run one test with the server's cooperation; returns what `f` returns.
+    fn with_server<T>(
+        &mut self,
+        kind: TestKind,
+        size: usize,
+        iters: usize,
+        f: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        self.ch.send(&Msg::Start { kind, size, iters })?;
+        self.ch.expect_ready()?;
+        let r = f(self);
+        self.ch.send(&Msg::Finish)?;
+        match self.ch.recv()? {
+            Msg::Done { error: None } => r,
+            Msg::Done { error: Some(e) } => bail!("server side of {kind:?} {size} B failed: {e}"),
+            m => bail!("expected Done, got {m:?}"),
+        }
+    }
+
+    fn measure(&mut self, kind: TestKind, size: usize, iters: usize) -> Result<Duration> {
+        self.with_server(kind, size, iters, |c| c.bandwidth(kind, size, iters))
+    }
+
+    fn bandwidth(&mut self, kind: TestKind, size: usize, iters: usize) -> Result<Duration> {
+        let s = &self.s;
+        let local: MrSlice = s.mr.slice(s.half, size)?;
+        let wr = |i: usize| match kind {
+            TestKind::WriteBw => {
+                SendWr::write(i as u64, &[local.clone()], s.peer.addr, s.peer.rkey)
+            }
+            TestKind::ReadBw => SendWr::read(i as u64, &[local.clone()], s.peer.addr, s.peer.rkey),
+            _ => SendWr::send(i as u64, &[local.clone()]),
+        };
+        let t = Instant::now();
+        let (mut posted, mut done) = (0, 0);
+        while done < iters {
+            while posted < iters && posted - done < self.depth {
+                s.qp.post_send(wr(posted))?;
+                posted += 1;
+            }
+            done += reap(&s.scq, self.depth)?.len();
+        }
+        Ok(t.elapsed())
+    }
+
+    fn latency(&mut self, kind: TestKind, size: usize, iters: usize) -> Result<Latency> {
+        let samples = self.with_server(kind, size, iters, |c| {
+            let s = &c.s;
+            let src = s.mr.slice(s.half, size)?;
+            let dst = s.mr.slice(0, size)?;
+            let last = size.max(1) - 1;
+            let mut v = Vec::with_capacity(iters);
+            if kind == TestKind::SendLat {
+                s.qp.post_recv(RecvWr::new(0, &[dst.clone()]))?;
+            }
+            for i in 0..iters {
+                let t = Instant::now();
+                match kind {
+                    TestKind::WriteLat => {
+                        let stamp = (i % 255 + 1) as u8;
+                        set_stamp(&s.mr, s.half + last, stamp)?;
+                        s.qp.post_send(
+                            SendWr::write(i as u64, &[src.clone()], s.peer.addr, s.peer.rkey)
+                                .unsignaled(),
+                        )?;
+                        wait_stamp(&s.mr, last, stamp)?;
+                        v.push(t.elapsed() / 2);
+                    }
+                    TestKind::ReadLat => {
+                        s.qp.post_send(SendWr::read(
+                            i as u64,
+                            &[dst.clone()],
+                            s.peer.addr,
+                            s.peer.rkey,
+                        ))?;
+                        reap(&s.scq, 1)?;
+                        v.push(t.elapsed());
+                    }
+                    _ => {
+                        s.qp.post_send(SendWr::send(i as u64, &[src.clone()]))?;
+                        reap(&s.rcq, 1)?;
+                        v.push(t.elapsed() / 2);
+                        reap(&s.scq, 1)?;
+                        if i + 1 < iters {
+                            s.qp.post_recv(RecvWr::new(i as u64 + 1, &[dst.clone()]))?;
+                        }
+                    }
+                }
+            }
+            Ok(v)
+        })?;
+        Latency::from_samples(samples).ok_or_else(|| anyhow::anyhow!("no samples"))
+    }
+
+    fn tcp_bandwidth(&mut self, size: usize, iters: usize) -> Result<f64> {
+        if let Some(&v) = self.tcp_bw.get(&size) {
+            return Ok(v);
+        }
+        let t = self.with_server(TestKind::TcpBw, size, iters, |c| {
+            tcp::stream(&mut c.data, size, iters)
+        })?;
+        let v = stats::bandwidth(size, iters, t).0;
+        self.tcp_bw.insert(size, v);
+        Ok(v)
+    }
+
+    fn tcp_latency(&mut self, size: usize, iters: usize) -> Result<Latency> {
+        if let Some(&v) = self.tcp_lat.get(&size) {
+            return Ok(v);
+        }
+        let v = self.with_server(TestKind::TcpLat, size, iters, |c| {
+            tcp::ping(&mut c.data, size, iters)
+        })?;
+        let l = Latency::from_samples(v).ok_or_else(|| anyhow::anyhow!("no samples"))?;
+        self.tcp_lat.insert(size, l);
+        Ok(l)
+    }
+}

@@ -1,0 +1,111 @@
+//! The benchmark's control channel: JSON lines over TCP.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use urdma::api::RemoteBuf;
+use urdma::Endpoint;
+
+/// A measurement the client asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TestKind {
+    /// RDMA WRITE bandwidth.
+    WriteBw,
+    /// RDMA READ bandwidth.
+    ReadBw,
+    /// SEND bandwidth.
+    SendBw,
+    /// RDMA WRITE ping-pong latency.
+    WriteLat,
+    /// RDMA READ latency.
+    ReadLat,
+    /// SEND ping-pong latency.
+    SendLat,
+    /// TCP stream bandwidth on the same path.
+    TcpBw,
+    /// TCP ping-pong latency on the same path.
+    TcpLat,
+}
+
+/// Control messages.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Msg {
+    /// QP endpoint and buffer of the sender.
+    Hello {
+        /// QP endpoint.
+        endpoint: Endpoint,
+        /// Buffer the peer may access.
+        buf: RemoteBuf,
+    },
+    /// Prepare a test.
+    Start {
+        /// Which test.
+        kind: TestKind,
+        /// Message size.
+        size: usize,
+        /// Iterations.
+        iters: usize,
+    },
+    /// The server is ready for the test.
+    Ready,
+    /// The client finished its side.
+    Finish,
+    /// The server finished its side.
+    Done {
+        /// Error text, if the server side failed.
+        error: Option<String>,
+    },
+    /// End of the session.
+    Bye,
+}
+
+/// A framed JSON-lines channel.
+pub struct Channel {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Channel {
+    /// Wrap a connected stream.
+    pub fn new(s: TcpStream) -> Result<Self> {
+        s.set_nodelay(true)?;
+        Ok(Channel {
+            reader: BufReader::new(s.try_clone()?),
+            writer: s,
+        })
+    }
+
+    /// Send one message.
+    pub fn send(&mut self, m: &Msg) -> Result<()> {
+        let mut line = serde_json::to_string(m)?;
+        line.push('\n');
+        self.writer
+            .write_all(line.as_bytes())
+            .context("control channel write")?;
+        Ok(())
+    }
+
+    /// Receive one message.
+    pub fn recv(&mut self) -> Result<Msg> {
+        let mut line = String::new();
+        if self
+            .reader
+            .read_line(&mut line)
+            .context("control channel read")?
+            == 0
+        {
+            bail!("peer closed the control channel");
+        }
+        serde_json::from_str(&line).with_context(|| format!("bad control message {line:?}"))
+    }
+
+    /// Receive and insist on `Ready`.
+    pub fn expect_ready(&mut self) -> Result<()> {
+        match self.recv()? {
+            Msg::Ready => Ok(()),
+            Msg::Done { error: Some(e) } => bail!("server: {e}"),
+            m => bail!("expected Ready, got {m:?}"),
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The passive side of `urdma bench`.
+
+use super::proto::{Channel, Msg, TestKind};
+use super::session::{reap, set_stamp, wait_stamp, Params, Session};
+use super::tcp;
+use anyhow::{bail, Result};
+use std::net::{TcpListener, TcpStream};
+use urdma::{RecvWr, SendWr};
+
+/// Serve benchmark clients on `listener` (one at a time; `once` stops after the first).
+pub fn serve(listener: TcpListener, p: &Params, once: bool) -> Result<()> {
+    loop {
+        let (ctrl, peer) = listener.accept()?;
+        let (data, _) = listener.accept()?;
+        eprintln!("urdma bench: client {peer}");
+        let r = serve_one(ctrl, data, p);
+        if let Err(e) = &r {
+            eprintln!("urdma bench: session with {peer} failed: {e:#}");
+        }
+        if once {
+            return r;
+        }
+    }
+}
+
+fn serve_one(ctrl: TcpStream, mut data: TcpStream, p: &Params) -> Result<()> {
+    let ip = ctrl.local_addr()?.ip();
+    let mut ch = Channel::new(ctrl)?;
+    let s = Session::connect(ip, p, &mut ch, false)?;
+    loop {
+        match ch.recv()? {
+            Msg::Start { kind, size, iters } => {
+                let r = run_test(&s, &mut ch, &mut data, kind, size, iters);
+                let error = r.err().map(|e| format!("{e:#}"));
+                ch.send(&Msg::Done { error })?;
+            }
+            Msg::Bye => return Ok(()),
+            m => bail!("unexpected {m:?}"),
+        }
+    }
+}
+
+fn expect_finish(ch: &mut Channel) -> Result<()> {
+    match ch.recv()? {
+        Msg::Finish => Ok(()),
+        m => bail!("expected Finish, got {m:?}"),
+    }
+}
+
+fn run_test(
+    s: &Session,
+    ch: &mut Channel,
+    data: &mut TcpStream,
+    kind: TestKind,
+    size: usize,
+    iters: usize,
+) -> Result<()> {
+    let recv_slot = s.mr.slice(0, size)?;
+    match kind {
+        TestKind::WriteBw | TestKind::ReadBw | TestKind::ReadLat => {
+            ch.send(&Msg::Ready)?;
+        }
+        TestKind::SendBw => {
+            let window = iters.min(s.qp_recv_depth());
+            for i in 0..window {
+                s.qp.post_recv(RecvWr::new(i as u64, &[recv_slot.clone()]))?;
+            }
+            ch.send(&Msg::Ready)?;
+            let mut posted = window;
+            let mut got = 0;
+            while got < iters {
+                let n = reap(&s.rcq, 64)?.len();
+                got += n;
+                for _ in 0..n {
+                    if posted < iters {
+                        s.qp.post_recv(RecvWr::new(posted as u64, &[recv_slot.clone()]))?;
+                        posted += 1;
+                    }
+                }
+            }
+        }
+        TestKind::SendLat => {
+            s.qp.post_recv(RecvWr::new(0, &[recv_slot.clone()]))?;
+            ch.send(&Msg::Ready)?;
+            let src = s.mr.slice(s.half, size)?;
+            for i in 0..iters {
+                reap(&s.rcq, 1)?;
+                if i + 1 < iters {
+                    s.qp.post_recv(RecvWr::new(i as u64 + 1, &[recv_slot.clone()]))?;
+                }
+                s.qp.post_send(SendWr::send(i as u64, &[src.clone()]))?;
+                reap(&s.scq, 1)?;
+            }
+        }
+        TestKind::WriteLat => {
+            ch.send(&Msg::Ready)?;
+            let src = s.mr.slice(s.half, size)?;
+            let last = size.max(1) - 1;
+            for i in 0..iters {
+                let stamp = (i % 255 + 1) as u8;
+                wait_stamp(&s.mr, last, stamp)?;
+                set_stamp(&s.mr, s.half + last, stamp)?;
+                s.qp.post_send(
+                    SendWr::write(i as u64, &[src.clone()], s.peer.addr, s.peer.rkey).unsignaled(),
+                )?;
+            }
+        }
+        TestKind::TcpBw => {
+            ch.send(&Msg::Ready)?;
+            tcp::sink(data, size * iters)?;
+        }
+        TestKind::TcpLat => {
+            ch.send(&Msg::Ready)?;
+            tcp::echo(data, size, iters)?;
+        }
+    }
+    expect_finish(ch)
+}
+
+impl Session {
+    fn qp_recv_depth(&self) -> usize {
+        self.qp
+            .query()
+            .map(|a| a.cap.max_recv_wr as usize)
+            .unwrap_or(1)
+    }
+}
