@@ -49,6 +49,10 @@ pub struct Ctx<'a> {
     pub events: &'a mut Vec<AsyncEvent>,
     /// Source address of the datagram being handled.
     pub last_src: SocketAddr,
+    /// Handling a batch: plain ACKs are coalesced until it ends.
+    pub batching: bool,
+    /// QPs holding back an ACK.
+    pub deferred_acks: &'a mut Vec<u32>,
 }
 
 impl Ctx<'_> {
@@ -71,6 +75,8 @@ pub struct Engine {
     counters: Counters,
     events: Vec<AsyncEvent>,
     rng: rand::rngs::StdRng,
+    batching: bool,
+    deferred_acks: Vec<u32>,
 }
 
 impl Engine {
@@ -94,6 +100,8 @@ impl Engine {
             counters: Counters::default(),
             events: Vec::new(),
             rng,
+            batching: false,
+            deferred_acks: Vec::new(),
         }
     }
 
@@ -149,6 +157,8 @@ impl Engine {
                 counters: &mut self.counters,
                 events: &mut self.events,
                 last_src: src,
+                batching: self.batching,
+                deferred_acks: &mut self.deferred_acks,
             },
         )
     }
@@ -168,6 +178,32 @@ impl Engine {
         for qp in qps.values_mut() {
             completer::on_timer(qp, &mut cx);
         }
+    }
+
+    /// Process several datagrams received together; ACKs they call for are
+    /// coalesced into one per QP, sent when the batch ends.
+    pub fn handle_batch<'d>(
+        &mut self,
+        now: u64,
+        batch: impl IntoIterator<Item = (SocketAddr, &'d [u8])>,
+    ) {
+        self.batching = true;
+        for (src, data) in batch {
+            self.handle_datagram(now, src, data);
+        }
+        self.batching = false;
+        let due = std::mem::take(&mut self.deferred_acks);
+        let (qps, mut cx) = self.split(now);
+        for qpn in due {
+            if let Some(qp) = qps.get_mut(&qpn) {
+                responder::flush_ack(qp, &mut cx);
+            }
+        }
+    }
+
+    /// Count datagrams the fabric dropped for being larger than any packet.
+    pub fn count_oversized(&mut self, n: u64) {
+        self.counters.header_errors += n;
     }
 
     /// Process one received datagram from `src`.

@@ -85,6 +85,8 @@ pub struct RespState {
     pub write: Option<WriteCtx>,
     /// Recent READ/atomic requests.
     pub history: VecDeque<RdAtomicRecord>,
+    /// An ACK held back until the end of the current batch (its PSN).
+    pub ack_due: Option<u32>,
 }
 
 /// Everything the engine knows about one QP.

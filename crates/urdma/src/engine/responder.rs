@@ -36,18 +36,52 @@ pub fn on_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     }
 }
 
-fn reply(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSrc<'_>) {
+/// Queue a response for the connected peer.
+fn transmit(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSrc<'_>) {
     let Some(dst) = qp.remote else { return };
     let _ = tx::send(cx, &mut qp.counters, dst, repr, payload);
 }
 
+/// Queue a response after any ACK held back, keeping responses in order.
+fn reply(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSrc<'_>) {
+    flush_ack(qp, cx);
+    transmit(qp, cx, repr, payload);
+}
+
+/// Send the ACK held back while a batch of packets was handled.
+pub fn flush_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+    if let Some(p) = qp.resp.ack_due.take() {
+        emit_aeth(
+            qp,
+            cx,
+            p,
+            AckSyndrome::Ack {
+                credits: NO_CREDITS,
+            },
+        );
+    }
+}
+
+/// Send an ACK or NAK. Within a batch, plain ACKs are coalesced: only the
+/// last one goes out, when the batch ends or before any other response.
 fn send_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
+    if cx.batching && matches!(syndrome, AckSyndrome::Ack { .. }) {
+        if qp.resp.ack_due.replace(p).is_none() {
+            cx.deferred_acks.push(qp.qpn);
+        }
+        return;
+    }
+    flush_ack(qp, cx);
+    emit_aeth(qp, cx, p, syndrome);
+}
+
+fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
     let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, p));
     repr.aeth = Some(Aeth {
         syndrome,
         msn: qp.resp.msn,
     });
-    reply(qp, cx, &repr, PayloadSrc::Empty);
+    transmit(qp, cx, &repr, PayloadSrc::Empty);
 }
 
 /// NAK a request that cannot be executed and move the QP to ERR.

@@ -1,4 +1,5 @@
 //! Fabrics: how datagrams leave and reach a device's engine.
 
+pub mod batch;
 pub mod sim;
 pub mod udp;

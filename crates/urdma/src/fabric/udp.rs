@@ -2,6 +2,7 @@
 //! blocks on it (never spins), feeding datagrams and timer expiries to the
 //! engine and sending what the engine produces.
 
+use super::batch::RecvBatch;
 use crate::engine::Engine;
 use crate::types::AsyncEvent;
 use std::collections::VecDeque;
@@ -13,8 +14,6 @@ use std::time::{Duration, Instant};
 
 /// Socket buffer size asked for (the kernel may grant less).
 const SOCKET_BUFFER: usize = 16 << 20;
-/// Largest datagram accepted.
-const MAX_DATAGRAM: usize = 65536;
 /// Async events kept before the oldest are dropped.
 const MAX_EVENTS: usize = 1024;
 
@@ -203,7 +202,9 @@ impl UdpDriver {
     }
 
     fn rx_loop(&self) {
-        let mut buf = vec![0u8; MAX_DATAGRAM];
+        use std::os::fd::AsRawFd;
+        let mut batch = RecvBatch::new();
+        let fd = self.socket.as_raw_fd();
         while !self.shutdown.load(Ordering::Acquire) {
             let timeout = {
                 let eng = self.lock();
@@ -217,14 +218,25 @@ impl UdpDriver {
             if let Err(e) = self.socket.set_read_timeout(timeout) {
                 tracing::warn!(error = %e, "cannot set the socket timeout");
             }
-            let got = self.socket.recv_from(&mut buf);
+            let got = batch.recv(fd);
             let mut eng = self.lock();
             // Awake: posters need not wake this thread until it sleeps again.
             self.sleeping_until.store(0, Ordering::Release);
             let now = self.now();
             match got {
-                Ok((0, _)) => {}
-                Ok((n, src)) => eng.handle_datagram(now, src, &buf[..n]),
+                Ok(_) => {
+                    let mut truncated = 0;
+                    let items = batch.iter().filter_map(|(src, data)| match (src, data) {
+                        (Some(s), Some(d)) if !d.is_empty() => Some((s, d)),
+                        (_, None) => {
+                            truncated += 1;
+                            None
+                        }
+                        _ => None,
+                    });
+                    eng.handle_batch(now, items);
+                    eng.count_oversized(truncated);
+                }
                 Err(e)
                     if matches!(
                         e.kind(),
