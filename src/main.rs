@@ -2,6 +2,7 @@
 
 mod bench;
 mod devices;
+mod stat;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -20,6 +21,8 @@ enum Command {
     Devices(devices::DevicesArgs),
     /// Measure bandwidth and latency of RDMA WRITE, READ and SEND.
     Bench(bench::BenchArgs),
+    /// Counters of the urdma devices open in running processes.
+    Stat(stat::StatArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Devices(a) => devices::run(&a),
         Command::Bench(a) => bench::run(&a),
+        Command::Stat(a) => stat::run(&a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -94,8 +94,8 @@ impl Device {
         let local = SocketAddr::new(config.addr, config.port);
         let attr = device_attr_for(&config);
         let engine = Engine::new(local, attr.clone(), None);
-        let driver = UdpDriver::bind(local, engine)?;
-        let thread = driver.start(&config.name)?;
+        let driver = UdpDriver::bind(&config.name, local, engine)?;
+        let thread = driver.start()?;
         Ok(Device {
             inner: Arc::new(DeviceInner {
                 config,

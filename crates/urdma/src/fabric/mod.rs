@@ -2,4 +2,5 @@
 
 pub mod batch;
 pub mod sim;
+pub mod stats;
 pub mod udp;

@@ -3,6 +3,7 @@
 //! engine and sending what the engine produces.
 
 use super::batch::RecvBatch;
+use super::stats;
 use crate::engine::Engine;
 use crate::types::AsyncEvent;
 use std::collections::VecDeque;
@@ -19,6 +20,7 @@ const MAX_EVENTS: usize = 1024;
 
 /// A device's engine bound to a UDP socket.
 pub struct UdpDriver {
+    name: String,
     engine: Mutex<Engine>,
     socket: UdpSocket,
     local: SocketAddr,
@@ -89,10 +91,11 @@ fn setsockopt_int(
 
 impl UdpDriver {
     /// Bind the device socket at `local` and wrap `engine`.
-    pub fn bind(local: SocketAddr, engine: Engine) -> std::io::Result<Arc<Self>> {
+    pub fn bind(name: &str, local: SocketAddr, engine: Engine) -> std::io::Result<Arc<Self>> {
         let socket = make_socket(local)?;
         let local = socket.local_addr()?;
         Ok(Arc::new(UdpDriver {
+            name: name.to_string(),
             engine: Mutex::new(engine),
             socket,
             local,
@@ -188,10 +191,10 @@ impl UdpDriver {
     }
 
     /// Start the receive thread.
-    pub fn start(self: &Arc<Self>, name: &str) -> std::io::Result<JoinHandle<()>> {
+    pub fn start(self: &Arc<Self>) -> std::io::Result<JoinHandle<()>> {
         let me = self.clone();
         std::thread::Builder::new()
-            .name(format!("urdma-rx-{name}"))
+            .name(format!("urdma-rx-{}", self.name))
             .spawn(move || me.rx_loop())
     }
 
@@ -205,10 +208,29 @@ impl UdpDriver {
         use std::os::fd::AsRawFd;
         let mut batch = RecvBatch::new();
         let fd = self.socket.as_raw_fd();
+        let mut published_at = 0u64;
+        let mut published_packets = u64::MAX;
         while !self.shutdown.load(Ordering::Acquire) {
             let timeout = {
                 let eng = self.lock();
-                let d = eng.next_deadline().unwrap_or(u64::MAX);
+                let c = eng.counters();
+                let packets =
+                    c.tx_packets + c.rx_packets + c.dropped + c.header_errors + c.icrc_errors;
+                let now = self.now();
+                let mut d = eng.next_deadline().unwrap_or(u64::MAX);
+                if packets != published_packets {
+                    let due = published_at + stats::PUBLISH_INTERVAL_NS;
+                    if now >= due {
+                        let snap = stats::snapshot(&self.name, &eng);
+                        if let Err(e) = stats::publish(&snap) {
+                            tracing::debug!(error = %e, "cannot publish counters");
+                        }
+                        published_at = now;
+                        published_packets = packets;
+                    } else {
+                        d = d.min(due);
+                    }
+                }
                 self.sleeping_until.store(d, Ordering::Release);
                 match d {
                     u64::MAX => None,
@@ -249,5 +271,6 @@ impl UdpDriver {
             }
             self.flush(&mut eng);
         }
+        stats::unpublish(&self.name);
     }
 }
