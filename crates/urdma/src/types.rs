@@ -291,6 +291,8 @@ pub enum AsyncEventKind {
     QpAccessErr = 3,
     /// Send queue drained (IBV_EVENT_SQ_DRAINED).
     SqDrained = 5,
+    /// An SRQ fell below its limit (IBV_EVENT_SRQ_LIMIT_REACHED).
+    SrqLimitReached = 15,
     /// The last WQE of a QP attached to an SRQ was consumed (IBV_EVENT_QP_LAST_WQE_REACHED).
     QpLastWqeReached = 16,
 }

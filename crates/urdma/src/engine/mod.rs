@@ -9,6 +9,7 @@ pub mod psn;
 pub mod qp;
 mod requester;
 mod responder;
+pub mod srq;
 mod tx;
 pub mod wqe;
 
@@ -53,6 +54,8 @@ pub struct Ctx<'a> {
     pub batching: bool,
     /// QPs holding back an ACK.
     pub deferred_acks: &'a mut Vec<u32>,
+    /// Shared receive queues.
+    pub srqs: &'a mut HashMap<u32, srq::SrqCtx>,
 }
 
 impl Ctx<'_> {
@@ -77,6 +80,8 @@ pub struct Engine {
     rng: rand::rngs::StdRng,
     batching: bool,
     deferred_acks: Vec<u32>,
+    srqs: HashMap<u32, srq::SrqCtx>,
+    next_srqn: u32,
 }
 
 impl Engine {
@@ -102,6 +107,8 @@ impl Engine {
             rng,
             batching: false,
             deferred_acks: Vec::new(),
+            srqs: HashMap::new(),
+            next_srqn: 1,
         }
     }
 
@@ -159,6 +166,7 @@ impl Engine {
                 last_src: src,
                 batching: self.batching,
                 deferred_acks: &mut self.deferred_acks,
+                srqs: &mut self.srqs,
             },
         )
     }

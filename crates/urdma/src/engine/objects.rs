@@ -188,6 +188,30 @@ impl Engine {
         Ok(qpn)
     }
 
+    /// Create a QP whose receives come from SRQ `srqn` (in the same PD).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_qp_with_srq(
+        &mut self,
+        pd: u32,
+        qp_type: QpType,
+        cap: QpCap,
+        sq_sig_all: bool,
+        send_cq: Arc<CqShared>,
+        recv_cq: Arc<CqShared>,
+        srqn: u32,
+    ) -> Result<u32> {
+        match self.srqs.get(&srqn) {
+            Some(s) if s.pd == pd => {}
+            Some(_) => return Err(Error::inval("SRQ of another protection domain")),
+            None => return Err(Error::NotFound(format!("srq {srqn}"))),
+        }
+        let qpn = self.create_qp(pd, qp_type, cap, sq_sig_all, send_cq, recv_cq)?;
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.srq = Some(srqn);
+        }
+        Ok(qpn)
+    }
+
     /// Destroy a QP; its queued work is dropped without completions.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
         self.qps
@@ -455,7 +479,7 @@ fn apply(qp: &mut QpCtx, a: &QpAttr, mask: M) {
 }
 
 /// Resolve a caller's SGEs against the MR table.
-fn resolve_sges(
+pub(super) fn resolve_sges(
     mrs: &std::collections::HashMap<u32, Arc<MrEntry>>,
     pd: u32,
     sges: &[SgEntry],

@@ -110,8 +110,10 @@ pub struct QpCtx {
     pub recv_cq: Arc<CqShared>,
     /// Connected peer (RC/UC), from the address vector.
     pub remote: Option<SocketAddr>,
-    /// Posted receive WQEs.
+    /// Posted receive WQEs (unused with an SRQ).
     pub rq: VecDeque<RecvWqe>,
+    /// Shared receive queue this QP takes receive WQEs from.
+    pub srq: Option<u32>,
     /// Requester state.
     pub req: ReqState,
     /// Responder state.
@@ -146,6 +148,7 @@ impl QpCtx {
             recv_cq,
             remote: None,
             rq: VecDeque::new(),
+            srq: None,
             req: ReqState::default(),
             resp: RespState::default(),
             counters: Counters::default(),
@@ -239,6 +242,9 @@ impl QpCtx {
             recvs.push(w);
         }
         recvs.extend(self.rq.drain(..));
+        if self.srq.is_some() {
+            cx.event(AsyncEventKind::QpLastWqeReached, self.qpn);
+        }
         for w in recvs {
             let wc = WorkCompletion::new(w.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
             drop(w);

@@ -5,7 +5,7 @@
 use super::qp::{QpCtx, RdAtomicRecord, WriteCtx};
 use super::tx::{self, PayloadSrc};
 use super::wqe::RecvWqe;
-use super::{drop_packet, psn, Ctx};
+use super::{drop_packet, psn, srq, Ctx};
 use crate::mr::{scatter, MrEntry};
 use crate::types::{
     AccessFlags, AsyncEventKind, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -145,7 +145,7 @@ fn length_ok(pos: Position, len: usize, mtu: usize) -> bool {
 
 /// Take the receive WQE for a new message, or send an RNR NAK.
 fn take_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> Option<RecvWqe> {
-    let w = qp.rq.pop_front();
+    let w = srq::pop_recv(qp, cx);
     if w.is_none() {
         qp.resp.nak_sent = true;
         qp.counters.rnr_naks_sent += 1;
@@ -550,7 +550,7 @@ fn uc_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     let starts = matches!(info.position, Position::First | Position::Only);
     if p != qp.resp.epsn {
         if let Some((w, _)) = qp.resp.recv.take() {
-            qp.rq.push_front(w);
+            srq::unpop_recv(qp, cx, w);
         }
         qp.resp.write = None;
         qp.resp.epsn = p;
@@ -559,7 +559,7 @@ fn uc_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     if starts == in_msg || !length_ok(info.position, pkt.payload.len(), qp.mtu()) {
         // Middle of a message whose start was lost: drop until the next one.
         if let Some((w, _)) = qp.resp.recv.take() {
-            qp.rq.push_front(w);
+            srq::unpop_recv(qp, cx, w);
         }
         qp.resp.write = None;
         qp.resp.epsn = psn::add(p, 1);
@@ -581,7 +581,7 @@ fn uc_abandon(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, why: &str) {
 fn uc_send(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
     let p = pkt.repr.bth.psn;
     if starts {
-        let Some(w) = qp.rq.pop_front() else {
+        let Some(w) = srq::pop_recv(qp, cx) else {
             uc_abandon(qp, cx, p, "UC SEND with no receive WQE");
             return;
         };
@@ -653,7 +653,7 @@ fn uc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
         return;
     }
     let recv = if last && info.has_immdt {
-        match qp.rq.pop_front() {
+        match srq::pop_recv(qp, cx) {
             Some(r) => Some(r),
             None => {
                 uc_abandon(qp, cx, p, "UC WRITE with immediate and no receive WQE");
@@ -745,7 +745,7 @@ fn ud_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         drop_packet(qp, cx, "UD payload above the path MTU");
         return;
     }
-    let Some(wqe) = qp.rq.pop_front() else {
+    let Some(wqe) = srq::pop_recv(qp, cx) else {
         drop_packet(qp, cx, "UD SEND with no receive WQE");
         return;
     };
