@@ -163,7 +163,14 @@ impl Peer {
     }
 
     /// First mismatch between a peer MR range and pattern `seed` from `base`.
-    pub fn check(&mut self, mr: u32, off: usize, len: usize, seed: u64, base: u64) -> Option<usize> {
+    pub fn check(
+        &mut self,
+        mr: u32,
+        off: usize,
+        len: usize,
+        seed: u64,
+        base: u64,
+    ) -> Option<usize> {
         let cmd = Cmd::Check {
             mr,
             off,

@@ -40,8 +40,19 @@ pub fn assert_recv(
 
 /// Check that a peer MR holds pattern `seed` at `[off, off+len)` and the
 /// background pattern [`BG`] everywhere else.
-pub fn check_peer_region(f: &mut Fixture, mr: u32, total: usize, off: usize, len: usize, seed: u64) {
-    assert_eq!(f.peer.check(mr, off, len, seed, 0), None, "payload at {off}+{len}");
+pub fn check_peer_region(
+    f: &mut Fixture,
+    mr: u32,
+    total: usize,
+    off: usize,
+    len: usize,
+    seed: u64,
+) {
+    assert_eq!(
+        f.peer.check(mr, off, len, seed, 0),
+        None,
+        "payload at {off}+{len}"
+    );
     assert_eq!(f.peer.check(mr, 0, off, BG, 0), None, "guard before {off}");
     let end = off + len;
     assert_eq!(
@@ -57,13 +68,20 @@ pub fn check_local_region(mr: &urdma::Mr, off: usize, len: usize, seed: u64) {
     assert_eq!(check(mr, off, len, seed, 0), None, "payload at {off}+{len}");
     assert_eq!(check(mr, 0, off, BG, 0), None, "guard before {off}");
     let end = off + len;
-    assert_eq!(check(mr, end, mr.len() - end, BG, end as u64), None, "guard after");
+    assert_eq!(
+        check(mr, end, mr.len() - end, BG, end as u64),
+        None,
+        "guard after"
+    );
 }
 
 /// Assert that the peer CQ holds no completion (the peer stayed passive).
 pub fn assert_peer_cq_empty(f: &mut Fixture) {
     let p = f.peer.poll_for(f.pcq, 1, Duration::from_millis(50));
-    assert!(p.wcs.is_empty() && !p.overrun, "unexpected peer completions {p:?}");
+    assert!(
+        p.wcs.is_empty() && !p.overrun,
+        "unexpected peer completions {p:?}"
+    );
 }
 
 /// SEND (optionally with immediate) in both directions.
@@ -150,7 +168,14 @@ pub fn rdma_write_with_imm() {
     expect_ok(&f.cq, 2, WcOpcode::RdmaWrite);
     let wcs = f.peer.poll(f.pcq, 1);
     let qps = (l.pqpn, l.qp.qpn());
-    assert_recv(&wcs[0], 41, WcOpcode::RecvRdmaWithImm, 10_000, qps, Some(0x1234_5678));
+    assert_recv(
+        &wcs[0],
+        41,
+        WcOpcode::RecvRdmaWithImm,
+        10_000,
+        qps,
+        Some(0x1234_5678),
+    );
     check_peer_region(&mut f, dst.id, 1 << 14, 17, 10_000, 4);
 }
 
@@ -162,7 +187,8 @@ pub fn rdma_read() {
     let dst = f.mr(1 << 16, ALL);
     fill(&dst, 0, 1 << 16, BG);
     let s = [dst.slice(9, 50_001).unwrap()];
-    l.qp.post_send(SendWr::read(3, &s, src.addr, src.rkey)).unwrap();
+    l.qp.post_send(SendWr::read(3, &s, src.addr, src.rkey))
+        .unwrap();
     let wc = expect_ok(&f.cq, 3, WcOpcode::RdmaRead);
     assert_eq!((wc.byte_len, wc.qp_num), (50_001, l.qp.qpn()));
     check_local_region(&dst, 9, 50_001, 5);
@@ -222,7 +248,8 @@ pub fn atomic_fetch_add() {
         data: 40u64.to_ne_bytes().to_vec(),
     });
     let va = target.addr + 32;
-    l.qp.post_send(SendWr::fetch_add(1, &r, va, target.rkey, 2)).unwrap();
+    l.qp.post_send(SendWr::fetch_add(1, &r, va, target.rkey, 2))
+        .unwrap();
     let wc = expect_ok(&f.cq, 1, WcOpcode::FetchAdd);
     assert_eq!(wc.byte_len, 8);
     assert_eq!(local_u64(&res, 0), 40);

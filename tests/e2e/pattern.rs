@@ -28,7 +28,7 @@ pub fn byte_at(seed: u64, pos: u64) -> u8 {
 pub fn fill(seed: u64, base: u64, out: &mut [u8]) {
     let mut p = base;
     let mut i = 0;
-    while i < out.len() && p % 8 != 0 {
+    while i < out.len() && p & 7 != 0 {
         out[i] = byte_at(seed, p);
         i += 1;
         p += 1;
@@ -95,7 +95,9 @@ impl Hasher {
     fn block(&mut self, b: &[u8]) {
         for (lane, w) in self.acc.iter_mut().zip(b.chunks_exact(8)) {
             let w = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-            *lane = (*lane ^ w).wrapping_mul(0x9FB2_1C65_1E98_DF25).rotate_left(29);
+            *lane = (*lane ^ w)
+                .wrapping_mul(0x9FB2_1C65_1E98_DF25)
+                .rotate_left(29);
         }
     }
 

@@ -36,7 +36,9 @@ fn e(err: Error) -> String {
 
 impl State {
     fn dev(&self) -> Result<&Device, String> {
-        self.dev.as_ref().ok_or_else(|| "device not open".to_string())
+        self.dev
+            .as_ref()
+            .ok_or_else(|| "device not open".to_string())
     }
 
     fn qp(&self, id: u32) -> Result<&Qp, String> {

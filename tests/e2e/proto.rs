@@ -28,15 +28,39 @@ pub enum WrSpec {
     /// Inline SEND.
     SendInline { data: Vec<u8> },
     /// RDMA WRITE.
-    Write { sges: Vec<Sge>, raddr: u64, rkey: u32 },
+    Write {
+        sges: Vec<Sge>,
+        raddr: u64,
+        rkey: u32,
+    },
     /// RDMA WRITE with immediate.
-    WriteImm { sges: Vec<Sge>, raddr: u64, rkey: u32, imm: u32 },
+    WriteImm {
+        sges: Vec<Sge>,
+        raddr: u64,
+        rkey: u32,
+        imm: u32,
+    },
     /// RDMA READ.
-    Read { sges: Vec<Sge>, raddr: u64, rkey: u32 },
+    Read {
+        sges: Vec<Sge>,
+        raddr: u64,
+        rkey: u32,
+    },
     /// Compare and swap.
-    CompSwap { sge: Sge, raddr: u64, rkey: u32, compare: u64, swap: u64 },
+    CompSwap {
+        sge: Sge,
+        raddr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
     /// Fetch and add.
-    FetchAdd { sge: Sge, raddr: u64, rkey: u32, add: u64 },
+    FetchAdd {
+        sge: Sge,
+        raddr: u64,
+        rkey: u32,
+        add: u64,
+    },
 }
 
 /// Connection options (a serde mirror of [`ConnectOptions`]); unset
@@ -55,6 +79,8 @@ pub struct ConnOpts {
     pub rnr_retry: Option<u8>,
     /// RNR NAK timer code this side's responder sends.
     pub min_rnr_timer: Option<u8>,
+    /// Outstanding READ/atomic requests issued.
+    pub max_rd_atomic: Option<u8>,
 }
 
 impl ConnOpts {
@@ -76,6 +102,7 @@ impl ConnOpts {
             retry_cnt: self.retry_cnt.unwrap_or(d.retry_cnt),
             rnr_retry: self.rnr_retry.unwrap_or(d.rnr_retry),
             min_rnr_timer: self.min_rnr_timer.unwrap_or(d.min_rnr_timer),
+            max_rd_atomic: self.max_rd_atomic.unwrap_or(d.max_rd_atomic),
             ..d
         }
     }
@@ -121,22 +148,51 @@ pub enum Cmd {
     /// Allocate a PD. Answer: its id.
     AllocPd,
     /// Register `len` zeroed bytes. Answer: [`MrInfo`].
-    RegMr { pd: u32, len: usize, access: AccessFlags },
+    RegMr {
+        pd: u32,
+        len: usize,
+        access: AccessFlags,
+    },
     /// Create a CQ. Answer: its id.
     CreateCq { cqe: usize },
     /// Create an RC QP. Answer: [`QpInfo`].
-    CreateQp { pd: u32, cq: u32, cap: Option<QpCap> },
+    CreateQp {
+        pd: u32,
+        cq: u32,
+        cap: Option<QpCap>,
+    },
     /// Connect a QP to a remote endpoint. Answer: null.
-    Connect { qp: u32, remote: Endpoint, opts: ConnOpts },
+    Connect {
+        qp: u32,
+        remote: Endpoint,
+        opts: ConnOpts,
+    },
     /// Post a receive. Answer: null.
     PostRecv { qp: u32, wr_id: u64, sges: Vec<Sge> },
     /// Post a send WR. Answer: null.
-    PostSend { qp: u32, wr_id: u64, wr: WrSpec, signaled: bool },
+    PostSend {
+        qp: u32,
+        wr_id: u64,
+        wr: WrSpec,
+        signaled: bool,
+    },
     /// Write positions `base..` of pattern `seed` at `off`. Answer: null.
-    Fill { mr: u32, off: usize, len: usize, seed: u64, base: u64 },
+    Fill {
+        mr: u32,
+        off: usize,
+        len: usize,
+        seed: u64,
+        base: u64,
+    },
     /// Compare bytes at `off` with pattern positions `base..`. Answer:
     /// index of the first mismatch or null.
-    Check { mr: u32, off: usize, len: usize, seed: u64, base: u64 },
+    Check {
+        mr: u32,
+        off: usize,
+        len: usize,
+        seed: u64,
+        base: u64,
+    },
     /// Digest of a byte range. Answer: u64.
     Digest { mr: u32, off: usize, len: usize },
     /// Read bytes. Answer: the bytes.
@@ -144,7 +200,11 @@ pub enum Cmd {
     /// Write bytes. Answer: null.
     Poke { mr: u32, off: usize, data: Vec<u8> },
     /// Wait until `max` completions are taken or `timeout_ms` passes. Answer: [`Polled`].
-    Poll { cq: u32, max: usize, timeout_ms: u64 },
+    Poll {
+        cq: u32,
+        max: usize,
+        timeout_ms: u64,
+    },
     /// Query a QP. Answer: `QpAttr`.
     QueryQp { qp: u32 },
     /// Device counters. Answer: `Counters`.

@@ -268,7 +268,7 @@ pub fn seal(out: &mut Vec<u8>, ctx: &IcrcContext) -> Result<(), WireError> {
     let bth = Bth::parse(out)?;
     let pad = usize::from(bth.pad_count);
     let start = out.len();
-    if (start + pad) % PAD_ALIGN != 0 {
+    if !(start + pad).is_multiple_of(PAD_ALIGN) {
         return Err(WireError::BadPad);
     }
     out.resize(start + pad, 0);

@@ -183,7 +183,7 @@ impl MemRegion {
         self.check(offset, 8)?;
         // SAFETY: offset + 8 <= len was checked.
         let p = unsafe { self.ptr.as_ptr().add(offset) };
-        if (p as usize) % 8 != 0 {
+        if !(p as usize).is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
         // SAFETY: p is 8-aligned, in bounds, valid for the region's life,

@@ -201,7 +201,7 @@ fn send_one(
             bth.opcode = data_opcode(qp.qp_type, op, p);
             let last = matches!(p, Pos::Last | Pos::Only);
             bth.solicited = last && wqe.solicited;
-            bth.ack_req = rc && (last || (k + 1) % ACK_EVERY == 0 || window_full_next);
+            bth.ack_req = rc && (last || (k + 1).is_multiple_of(ACK_EVERY) || window_full_next);
             let mut repr = PacketRepr::new(bth);
             if matches!(op, SendOp::Write | SendOp::WriteImm(_))
                 && matches!(p, Pos::First | Pos::Only)

@@ -292,7 +292,13 @@ fn rc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     let recv = if last && info.has_immdt {
         match take_recv(qp, cx, p) {
             Some(r) => Some(r),
-            None => return,
+            None => {
+                // RNR NAK: leave the responder as it was before this packet.
+                if starts {
+                    qp.resp.write = None;
+                }
+                return;
+            }
         }
     } else {
         None

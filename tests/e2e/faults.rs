@@ -1,0 +1,223 @@
+//! Faults: a full CQ, a SEND longer than the receive buffer, malformed
+//! datagrams, and receiver-not-ready with and without retries.
+
+use crate::harness::{assert_wc, expect_ok, fill, sge, wait_wc, Fixture, PORT, WAIT};
+use crate::ops::peer_u64;
+use crate::proto::{Cmd, ConnOpts};
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+use urdma::engine::Counters;
+use urdma::{AsyncEventKind, Error, QpState, SendWr, WcOpcode, WcStatus};
+use urdma_wire::{Bth, IcrcContext, Opcode, PacketRepr, Reth};
+
+/// Every access right.
+const ALL: urdma::AccessFlags = crate::harness::ALL;
+
+/// A CQ of 2 entries receiving 5 completions: 2 entries, then CqOverrun.
+pub fn cq_overrun() {
+    let mut f = Fixture::new();
+    let small = f.dev.create_cq(2).unwrap();
+    let pcq = f.pcq;
+    let l = f.connect_on(&small, pcq, &ConnOpts::default(), &ConnOpts::default());
+    let src = f.mr(4096, ALL);
+    let dst = f.peer_mr(4096, ALL);
+    for i in 0..5u64 {
+        let s = [src.slice(i as usize, 1).unwrap()];
+        l.qp.post_send(SendWr::write(i, &s, dst.addr + i, dst.rkey))
+            .unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    while l.qp.query().unwrap().qp_state != QpState::Err {
+        assert!(Instant::now() < deadline, "QP never noticed the overrun");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let got = small.poll(10).unwrap();
+    let ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [0, 1]);
+    assert!(got.iter().all(|w| w.status == WcStatus::Success), "{got:?}");
+    assert!(matches!(small.poll(10), Err(Error::CqOverrun)));
+    assert!(
+        matches!(small.poll(10), Err(Error::CqOverrun)),
+        "overrun is sticky"
+    );
+    let ev = f.dev.next_event(Some(WAIT)).expect("an async event");
+    assert_eq!((ev.kind, ev.object), (AsyncEventKind::CqErr, small.cqn()));
+}
+
+/// A SEND longer than the posted receive: LOC_LEN_ERR at the receiver,
+/// REM_INV_REQ_ERR at the sender; single- and multi-packet.
+pub fn send_too_long() {
+    let mut f = Fixture::new();
+    let src = f.mr(1 << 16, ALL);
+    fill(&src, 0, 1 << 16, 9);
+    let rq = f.peer_mr(1 << 16, ALL);
+    for (len, cap) in [(200usize, 100usize), (10_000, 5_000), (4097, 4096)] {
+        let l = f.connect(&ConnOpts::mtu(1024));
+        f.peer.post_recv(l.pqp, 7, &[sge(&rq, 0, cap)]);
+        l.qp.post_send(SendWr::send(1, &[src.slice(0, len).unwrap()]))
+            .unwrap();
+        let wc = wait_wc(&f.cq);
+        assert_wc(&wc, 1, WcStatus::RemInvReqErr, WcOpcode::Send);
+        let wcs = f.peer.poll(f.pcq, 1);
+        assert_eq!(
+            (wcs[0].wr_id, wcs[0].status),
+            (7, WcStatus::LocLenErr),
+            "{wcs:?}"
+        );
+        assert_eq!(wcs[0].qp_num, l.pqpn);
+        assert_eq!(l.qp.query().unwrap().qp_state, QpState::Err);
+        assert_eq!(f.peer.query(l.pqp).qp_state, QpState::Err);
+        let c: Counters = f.peer.ok(&Cmd::Counters);
+        assert!(c.error_naks_sent > 0);
+    }
+}
+
+/// Wait until the peer's counters satisfy `ok`, up to 5 s; return them.
+fn peer_counters_until(f: &mut Fixture, ok: impl Fn(&Counters) -> bool) -> Counters {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let c: Counters = f.peer.ok(&Cmd::Counters);
+        if ok(&c) || Instant::now() > deadline {
+            return c;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Recompute the ICRC of a datagram in place.
+fn reseal(d: &mut [u8], ctx: &IcrcContext) {
+    let n = d.len() - 4;
+    let icrc = urdma_wire::compute_icrc(&d[..n], ctx).unwrap();
+    d[n..].copy_from_slice(&icrc.to_le_bytes());
+}
+
+/// Raw datagrams: truncated, bad ICRC, unknown opcode, bad version,
+/// garbage, and a well-formed WRITE from a stranger; the peer counts
+/// them, changes no memory, and a normal transfer works afterwards.
+pub fn malformed_packets() {
+    let mut f = Fixture::new();
+    let l = f.connect(&ConnOpts::default());
+    let mr = f.peer_mr(4096, ALL);
+    f.peer.fill(mr.id, 0, 4096, 0x42);
+    let before_mem = f.peer.digest(mr.id, 0, 4096);
+    let before: Counters = f.peer.ok(&Cmd::Counters);
+    let sock = UdpSocket::bind(SocketAddr::new(f.ip, 0)).unwrap();
+    let to = SocketAddr::new(f.peer_ip, PORT);
+    let ctx = IcrcContext::new(sock.local_addr().unwrap(), to);
+    let psn = f.peer.query(l.pqp).rq_psn;
+    let mut write = PacketRepr::new(Bth::new(Opcode::RcWriteOnly, l.pqpn, psn));
+    write.reth = Some(Reth {
+        va: mr.addr,
+        rkey: mr.rkey,
+        dma_len: 16,
+    });
+    let good = urdma_wire::build(&write, &[0xEE; 16], &ctx).unwrap();
+    let mut bad_icrc = good.clone();
+    *bad_icrc.last_mut().unwrap() ^= 0xFF;
+    let mut flipped = good.clone();
+    flipped[40] ^= 0x01; // payload bit flip, ICRC kept
+    let mut unknown = good.clone();
+    unknown[0] = 0x1F;
+    reseal(&mut unknown, &ctx);
+    let mut version = good.clone();
+    version[1] |= 0x03;
+    reseal(&mut version, &ctx);
+    let garbage: Vec<u8> = crate::pattern::pattern(0xBAD, 0, 300);
+    // (datagram, counts as ICRC error)
+    let header = [vec![1u8, 2, 3, 4, 5], good[..15].to_vec(), unknown, version];
+    let icrc = [bad_icrc, flipped, garbage];
+    for d in header.iter().chain(icrc.iter()) {
+        sock.send_to(d, to).unwrap();
+    }
+    // The well-formed WRITE from a foreign port must be ignored.
+    sock.send_to(&good, to).unwrap();
+    let (h, i) = (header.len() as u64, icrc.len() as u64);
+    let c = peer_counters_until(&mut f, |c| {
+        c.header_errors >= before.header_errors + h
+            && c.icrc_errors >= before.icrc_errors + i
+            && c.dropped > before.dropped
+    });
+    assert_eq!(c.header_errors - before.header_errors, h, "{c:?}");
+    assert_eq!(c.icrc_errors - before.icrc_errors, i, "{c:?}");
+    assert!(
+        c.dropped > before.dropped,
+        "stranger's WRITE not dropped: {c:?}"
+    );
+    assert_eq!(f.peer.digest(mr.id, 0, 4096), before_mem, "memory changed");
+    assert_eq!(f.peer.query(l.pqp).qp_state, QpState::Rts);
+    // Normal traffic still works.
+    let src = f.mr(8192, ALL);
+    fill(&src, 0, 8192, 12);
+    let s = [src.slice(0, 4096).unwrap()];
+    l.qp.post_send(SendWr::write(1, &s, mr.addr, mr.rkey))
+        .unwrap();
+    expect_ok(&f.cq, 1, WcOpcode::RdmaWrite);
+    assert_eq!(f.peer.check(mr.id, 0, 4096, 12, 0), None);
+    let r = f.peer_mr(64, ALL);
+    l.qp.post_send(SendWr::fetch_add(
+        2,
+        &src.slice(0, 8).unwrap(),
+        r.addr,
+        r.rkey,
+        3,
+    ))
+    .unwrap();
+    expect_ok(&f.cq, 2, WcOpcode::FetchAdd);
+    assert_eq!(peer_u64(&mut f, r.id, 0), 3);
+}
+
+/// SEND with no receive posted and rnr_retry 0: RNR_RETRY_EXC_ERR.
+pub fn rnr_retry_exceeded() {
+    let mut f = Fixture::new();
+    let mine = ConnOpts {
+        rnr_retry: Some(0),
+        ..ConnOpts::default()
+    };
+    let cq = f.cq.clone();
+    let pcq = f.pcq;
+    let l = f.connect_on(&cq, pcq, &mine, &ConnOpts::default());
+    let src = f.mr(64, ALL);
+    l.qp.post_send(SendWr::send(1, &[src.slice(0, 64).unwrap()]))
+        .unwrap();
+    assert_wc(&wait_wc(&f.cq), 1, WcStatus::RnrRetryExcErr, WcOpcode::Send);
+    assert_eq!(l.qp.query().unwrap().qp_state, QpState::Err);
+    assert!(f.dev.counters().rnr_naks_received >= 1);
+    let c: Counters = f.peer.ok(&Cmd::Counters);
+    assert!(c.rnr_naks_sent >= 1);
+}
+
+/// SEND with no receive posted and rnr_retry 7; the receive comes 200 ms
+/// later and the SEND succeeds.
+pub fn rnr_retry_success() {
+    let mut f = Fixture::new();
+    let theirs = ConnOpts {
+        min_rnr_timer: Some(14), // 1.28 ms between retries
+        ..ConnOpts::default()
+    };
+    let mine = ConnOpts {
+        rnr_retry: Some(7),
+        ..ConnOpts::default()
+    };
+    let cq = f.cq.clone();
+    let pcq = f.pcq;
+    let l = f.connect_on(&cq, pcq, &mine, &theirs);
+    let src = f.mr(10_000, ALL);
+    fill(&src, 0, 10_000, 13);
+    l.qp.post_send(SendWr::send(1, &[src.slice(0, 10_000).unwrap()]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        f.cq.poll(1).unwrap().is_empty(),
+        "SEND completed without a receive"
+    );
+    let rq = f.peer_mr(10_000, ALL);
+    f.peer.post_recv(l.pqp, 5, &[sge(&rq, 0, 10_000)]);
+    expect_ok(&f.cq, 1, WcOpcode::Send);
+    let wcs = f.peer.poll(f.pcq, 1);
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status, wcs[0].byte_len),
+        (5, WcStatus::Success, 10_000)
+    );
+    assert_eq!(f.peer.check(rq.id, 0, 10_000, 13, 0), None);
+    assert!(f.dev.counters().rnr_naks_received >= 2);
+}

@@ -1,0 +1,103 @@
+//! End-to-end tests of urdma between two processes over UDP loopback.
+//!
+//! The test binary is its own peer: with `URDMA_E2E_PEER` set it runs the
+//! verbs agent of [`peer`] (driven by JSON lines on stdin); otherwise it
+//! runs the trials below with libtest-mimic, each trial spawning one peer
+//! process and using its own pair of 127.x.y.z addresses.
+
+mod edge;
+mod errors;
+mod faults;
+mod harness;
+mod large;
+mod ops;
+mod pattern;
+mod peer;
+mod proto;
+mod raw;
+mod rawresp;
+mod transfer;
+
+use libtest_mimic::{Arguments, Trial};
+
+/// A trial running `f` (a panic fails it).
+fn trial(name: &str, f: fn()) -> Trial {
+    Trial::test(name, move || {
+        f();
+        Ok(())
+    })
+}
+
+/// Every trial of the suite.
+fn trials() -> Vec<Trial> {
+    let mut v = vec![
+        trial("pattern_selfcheck", pattern::selfcheck),
+        trial("op_send", ops::send),
+        trial("op_send_with_imm", ops::send_with_imm),
+        trial("op_rdma_write", ops::rdma_write),
+        trial("op_rdma_write_with_imm", ops::rdma_write_with_imm),
+        trial("op_rdma_read", ops::rdma_read),
+        trial("op_atomic_cmp_swap", ops::atomic_cmp_swap),
+        trial("op_atomic_fetch_add", ops::atomic_fetch_add),
+        trial("op_inline", ops::inline_ops),
+        trial("xfer_scatter_gather", transfer::scatter_gather),
+        trial("xfer_unsignaled", transfer::unsignaled),
+        trial("xfer_completion_order", transfer::completion_order),
+        trial("xfer_multi_qp", transfer::multi_qp),
+        trial("xfer_peer_requester", transfer::peer_requester),
+        trial("edge_zero_length", edge::zero_length),
+        trial("edge_mtu_multiples", edge::mtu_multiples),
+        trial("edge_psn_wraparound", edge::psn_wraparound),
+        trial("edge_psn_wraparound_read", edge::psn_wraparound_read),
+        trial("edge_small_rd_atomic_credit", edge::small_rd_atomic_credit),
+        trial("edge_rnr_with_queued_work", edge::rnr_with_queued_work),
+        trial("edge_rnr_write_imm", edge::rnr_write_imm),
+        trial("err_unknown_rkey", errors::unknown_rkey),
+        trial("err_out_of_bounds", errors::out_of_bounds),
+        trial("err_no_remote_write", errors::no_remote_write),
+        trial("err_no_remote_read", errors::no_remote_read),
+        trial("err_no_remote_atomic", errors::no_remote_atomic),
+        trial("err_other_pd_rkey", errors::other_pd_rkey),
+        trial("err_qp_access_flags", errors::qp_access_flags),
+        trial("err_local_protection", errors::local_protection),
+        trial("err_post_send_wrong_state", errors::post_send_wrong_state),
+        trial("err_modify_qp_bad_attrs", errors::modify_qp_bad_attrs),
+        trial("err_cq_overrun", faults::cq_overrun),
+        trial("err_send_too_long", faults::send_too_long),
+        trial("err_malformed_packets", faults::malformed_packets),
+        trial("rnr_retry_exceeded", faults::rnr_retry_exceeded),
+        trial("rnr_retry_success", faults::rnr_retry_success),
+        trial("raw_duplicate_send", raw::duplicate_send),
+        trial("raw_duplicate_atomic", raw::duplicate_atomic),
+        trial("raw_duplicate_read", raw::duplicate_read),
+        trial("raw_psn_gap", raw::psn_gap),
+        trial("raw_ack_msn", raw::ack_msn),
+        trial("raw_invalid_requests", raw::invalid_requests),
+        trial("rawresp_retry_exceeded", rawresp::retry_exceeded),
+        trial("rawresp_rnr_retry_count", rawresp::rnr_retry_count),
+        trial("rawresp_implicit_ack", rawresp::implicit_ack),
+        trial("rawresp_seq_nak_resend", rawresp::seq_nak_resend),
+        trial(
+            "rawresp_ghost_ack_and_access_nak",
+            rawresp::ghost_ack_and_access_nak,
+        ),
+        trial("rawresp_short_read_response", rawresp::short_read_response),
+        trial("large_1gib_write_read", large::write_and_read_1gib),
+    ];
+    for mtu in [256, 512, 1024, 2048, 4096] {
+        v.push(Trial::test(format!("mtu_{mtu}"), move || {
+            transfer::mtu(mtu);
+            Ok(())
+        }));
+    }
+    v
+}
+
+fn main() {
+    if std::env::var_os(harness::PEER_ENV).is_some() {
+        peer::run();
+        return;
+    }
+    let args = Arguments::from_args();
+    libtest_mimic::run(&args, trials()).exit();
+}
