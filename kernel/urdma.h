@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * urdma: a software RoCE v2 device. The kernel side registers the device
+ * with the RDMA core (discovery, netdev binding, GIDs, port state); the
+ * data path runs in userspace through the urdma provider.
+ */
+#ifndef URDMA_H
+#define URDMA_H
+
+#include <linux/list.h>
+#include <linux/netdevice.h>
+#include <rdma/ib_verbs.h>
+
+#define URDMA_UVERBS_ABI_VERSION	1
+#define URDMA_GID_TABLE_LEN		32
+#define URDMA_VENDOR_ID			0xffffff
+#define URDMA_MAX_QP			16384
+#define URDMA_MAX_QP_WR			16384
+#define URDMA_MAX_SGE			32
+#define URDMA_MAX_CQ			16384
+#define URDMA_MAX_CQE			(1 << 20)
+#define URDMA_MAX_MR			(1 << 20)
+#define URDMA_MAX_PD			(1 << 16)
+#define URDMA_MAX_RD_ATOM		64
+#define URDMA_MAX_SRQ			16384
+#define URDMA_MAX_MSG_SIZE		0x80000000u
+
+struct urdma_dev {
+	struct ib_device ibdev;
+	struct net_device *ndev;	/* held from creation to dealloc */
+	struct list_head list;		/* on urdma_devices while registered */
+};
+
+static inline struct urdma_dev *to_urdma(struct ib_device *ibdev)
+{
+	return container_of(ibdev, struct urdma_dev, ibdev);
+}
+
+struct urdma_ucontext {
+	struct ib_ucontext ibuc;
+};
+
+struct urdma_pd {
+	struct ib_pd ibpd;
+};
+
+struct urdma_cq {
+	struct ib_cq ibcq;
+};
+
+struct urdma_qp {
+	struct ib_qp ibqp;
+};
+
+struct urdma_ah {
+	struct ib_ah ibah;
+};
+
+struct urdma_srq {
+	struct ib_srq ibsrq;
+};
+
+extern const struct ib_device_ops urdma_dev_ops;
+
+void urdma_forget_device(struct urdma_dev *dev);
+
+#endif /* URDMA_H */

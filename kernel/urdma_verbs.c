@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Device operations of urdma. Device, port and GID queries are answered
+ * here; queues, memory registration and the data path live in the
+ * userspace engine, so the kernel verbs that would create them refuse
+ * with -EOPNOTSUPP.
+ */
+#include <linux/etherdevice.h>
+#include <rdma/ib_mad.h>
+#include <rdma/ib_verbs.h>
+#include "urdma.h"
+
+static int urdma_query_device(struct ib_device *ibdev,
+			      struct ib_device_attr *attr,
+			      struct ib_udata *udata)
+{
+	if (udata && (udata->inlen || udata->outlen))
+		return -EINVAL;
+
+	memset(attr, 0, sizeof(*attr));
+	attr->fw_ver = 1;
+	attr->sys_image_guid = ibdev->node_guid;
+	attr->max_mr_size = 1ULL << 40;
+	attr->page_size_cap = 0xfffff000;
+	attr->vendor_id = URDMA_VENDOR_ID;
+	attr->vendor_part_id = 0;
+	attr->hw_ver = 0;
+	attr->max_qp = URDMA_MAX_QP;
+	attr->max_qp_wr = URDMA_MAX_QP_WR;
+	attr->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN |
+				 IB_DEVICE_SRQ_RESIZE;
+	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
+	attr->max_send_sge = URDMA_MAX_SGE;
+	attr->max_recv_sge = URDMA_MAX_SGE;
+	attr->max_sge_rd = URDMA_MAX_SGE;
+	attr->max_cq = URDMA_MAX_CQ;
+	attr->max_cqe = URDMA_MAX_CQE;
+	attr->max_mr = URDMA_MAX_MR;
+	attr->max_pd = URDMA_MAX_PD;
+	attr->max_qp_rd_atom = URDMA_MAX_RD_ATOM;
+	attr->max_qp_init_rd_atom = URDMA_MAX_RD_ATOM;
+	attr->max_res_rd_atom = URDMA_MAX_RD_ATOM * URDMA_MAX_QP;
+	attr->atomic_cap = IB_ATOMIC_HCA;
+	attr->max_srq = URDMA_MAX_SRQ;
+	attr->max_srq_wr = URDMA_MAX_QP_WR;
+	attr->max_srq_sge = URDMA_MAX_SGE;
+	attr->max_pkeys = 1;
+	attr->local_ca_ack_delay = 15;
+	return 0;
+}
+
+static int urdma_query_port(struct ib_device *ibdev, u32 port_num,
+			    struct ib_port_attr *attr)
+{
+	struct net_device *ndev = to_urdma(ibdev)->ndev;
+	bool up;
+
+	/* The core zeroes *attr before calling. */
+	attr->max_mtu = IB_MTU_4096;
+	attr->active_mtu = IB_MTU_4096;
+	attr->gid_tbl_len = URDMA_GID_TABLE_LEN;
+	attr->port_cap_flags = IB_PORT_CM_SUP;
+	attr->max_msg_sz = URDMA_MAX_MSG_SIZE;
+	attr->pkey_tbl_len = 1;
+	attr->ip_gids = true;
+
+	if (!ndev) {
+		attr->state = IB_PORT_DOWN;
+		attr->phys_state = IB_PORT_PHYS_STATE_DISABLED;
+		return 0;
+	}
+	attr->active_mtu = ib_mtu_int_to_enum(ndev->mtu);
+	up = netif_running(ndev) && netif_carrier_ok(ndev);
+	attr->state = up ? IB_PORT_ACTIVE : IB_PORT_DOWN;
+	attr->phys_state = up ? IB_PORT_PHYS_STATE_LINK_UP :
+				IB_PORT_PHYS_STATE_DISABLED;
+
+	return ib_get_eth_speed(ibdev, port_num, &attr->active_speed,
+				&attr->active_width);
+}
+
+static int urdma_get_port_immutable(struct ib_device *ibdev, u32 port_num,
+				    struct ib_port_immutable *immutable)
+{
+	immutable->core_cap_flags = RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+	immutable->pkey_tbl_len = 1;
+	immutable->gid_tbl_len = URDMA_GID_TABLE_LEN;
+	immutable->max_mad_size = IB_MGMT_MAD_SIZE;
+	return 0;
+}
+
+static enum rdma_link_layer urdma_get_link_layer(struct ib_device *ibdev,
+						 u32 port_num)
+{
+	return IB_LINK_LAYER_ETHERNET;
+}
+
+static int urdma_query_pkey(struct ib_device *ibdev, u32 port_num, u16 index,
+			    u16 *pkey)
+{
+	if (index > 0)
+		return -EINVAL;
+	*pkey = 0xffff;
+	return 0;
+}
+
+static int urdma_alloc_ucontext(struct ib_ucontext *uctx,
+				struct ib_udata *udata)
+{
+	return 0;
+}
+
+static void urdma_dealloc_ucontext(struct ib_ucontext *uctx)
+{
+}
+
+static int urdma_alloc_pd(struct ib_pd *pd, struct ib_udata *udata)
+{
+	return 0;
+}
+
+static int urdma_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
+{
+	return 0;
+}
+
+static int urdma_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
+			   struct ib_udata *udata)
+{
+	return -EOPNOTSUPP;
+}
+
+static int urdma_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
+{
+	return 0;
+}
+
+static int urdma_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc)
+{
+	return 0;
+}
+
+static int urdma_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+{
+	return -EOPNOTSUPP;
+}
+
+static int urdma_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *init,
+			   struct ib_udata *udata)
+{
+	return -EOPNOTSUPP;
+}
+
+static int urdma_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr,
+			   int mask, struct ib_udata *udata)
+{
+	return -EOPNOTSUPP;
+}
+
+static int urdma_destroy_qp(struct ib_qp *qp, struct ib_udata *udata)
+{
+	return 0;
+}
+
+static int urdma_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
+			   const struct ib_send_wr **bad_wr)
+{
+	*bad_wr = wr;
+	return -EOPNOTSUPP;
+}
+
+static int urdma_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
+			   const struct ib_recv_wr **bad_wr)
+{
+	*bad_wr = wr;
+	return -EOPNOTSUPP;
+}
+
+static struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+
+static struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
+				       u64 iova, int access,
+				       struct ib_udata *udata)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+
+static int urdma_dereg_mr(struct ib_mr *mr, struct ib_udata *udata)
+{
+	return 0;
+}
+
+static void urdma_dealloc_driver(struct ib_device *ibdev)
+{
+	urdma_forget_device(to_urdma(ibdev));
+}
+
+const struct ib_device_ops urdma_dev_ops = {
+	.owner = THIS_MODULE,
+	.driver_id = RDMA_DRIVER_UNKNOWN,
+	.uverbs_abi_ver = URDMA_UVERBS_ABI_VERSION,
+
+	.alloc_pd = urdma_alloc_pd,
+	.alloc_ucontext = urdma_alloc_ucontext,
+	.create_cq = urdma_create_cq,
+	.create_qp = urdma_create_qp,
+	.dealloc_driver = urdma_dealloc_driver,
+	.dealloc_pd = urdma_dealloc_pd,
+	.dealloc_ucontext = urdma_dealloc_ucontext,
+	.dereg_mr = urdma_dereg_mr,
+	.destroy_cq = urdma_destroy_cq,
+	.destroy_qp = urdma_destroy_qp,
+	.get_dma_mr = urdma_get_dma_mr,
+	.get_link_layer = urdma_get_link_layer,
+	.get_port_immutable = urdma_get_port_immutable,
+	.modify_qp = urdma_modify_qp,
+	.poll_cq = urdma_poll_cq,
+	.post_recv = urdma_post_recv,
+	.post_send = urdma_post_send,
+	.query_device = urdma_query_device,
+	.query_pkey = urdma_query_pkey,
+	.query_port = urdma_query_port,
+	.reg_user_mr = urdma_reg_user_mr,
+	.req_notify_cq = urdma_req_notify_cq,
+
+	INIT_RDMA_OBJ_SIZE(ib_ah, urdma_ah, ibah),
+	INIT_RDMA_OBJ_SIZE(ib_cq, urdma_cq, ibcq),
+	INIT_RDMA_OBJ_SIZE(ib_pd, urdma_pd, ibpd),
+	INIT_RDMA_OBJ_SIZE(ib_qp, urdma_qp, ibqp),
+	INIT_RDMA_OBJ_SIZE(ib_srq, urdma_srq, ibsrq),
+	INIT_RDMA_OBJ_SIZE(ib_ucontext, urdma_ucontext, ibuc),
+};
