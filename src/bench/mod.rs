@@ -2,7 +2,7 @@
 //! perftest measures them, beside TCP on the same path.
 
 mod client;
-mod proto;
+pub(crate) mod proto;
 mod server;
 mod session;
 mod stats;
@@ -86,7 +86,7 @@ pub struct BenchArgs {
     #[arg(short = 'n', long)]
     iters: Option<usize>,
     /// Outstanding work requests in bandwidth tests.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 64)]
     depth: usize,
     /// Path MTU (256, 512, 1024, 2048 or 4096).
     #[arg(long, default_value_t = 4096)]
@@ -102,7 +102,8 @@ pub struct BenchArgs {
     once: bool,
 }
 
-const fn urdma_wire_port() -> u16 {
+/// The RoCEv2 UDP port, the default of the devices' `--udp-port`.
+pub(crate) const fn urdma_wire_port() -> u16 {
     4791
 }
 
@@ -134,7 +135,11 @@ fn sizes(a: &BenchArgs) -> Result<Vec<usize>> {
 }
 
 /// Connect to the server's control port, retrying while it starts.
-fn dial(server: SocketAddr, bind: Option<IpAddr>, patience: Duration) -> Result<TcpStream> {
+pub(crate) fn dial(
+    server: SocketAddr,
+    bind: Option<IpAddr>,
+    patience: Duration,
+) -> Result<TcpStream> {
     let deadline = Instant::now() + patience;
     loop {
         let r = match bind {
@@ -156,7 +161,7 @@ fn dial(server: SocketAddr, bind: Option<IpAddr>, patience: Duration) -> Result<
                 std::thread::sleep(Duration::from_millis(50));
             }
             Err(e) => {
-                return Err(e).with_context(|| format!("cannot reach the bench server at {server}"))
+                return Err(e).with_context(|| format!("cannot reach the server at {server}"))
             }
         }
     }

@@ -1,6 +1,7 @@
 //! The benchmark's control channel: JSON lines over TCP.
 
 use anyhow::{bail, Context, Result};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -78,6 +79,11 @@ impl Channel {
 
     /// Send one message.
     pub fn send(&mut self, m: &Msg) -> Result<()> {
+        self.send_as(m)
+    }
+
+    /// Send one message of any serializable type.
+    pub fn send_as<T: Serialize>(&mut self, m: &T) -> Result<()> {
         let mut line = serde_json::to_string(m)?;
         line.push('\n');
         self.writer
@@ -88,6 +94,11 @@ impl Channel {
 
     /// Receive one message.
     pub fn recv(&mut self) -> Result<Msg> {
+        self.recv_as()
+    }
+
+    /// Receive one message of type `T`.
+    pub fn recv_as<T: DeserializeOwned>(&mut self) -> Result<T> {
         let mut line = String::new();
         if self
             .reader
