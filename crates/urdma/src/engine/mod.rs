@@ -209,6 +209,11 @@ impl Engine {
         }
     }
 
+    /// Count datagrams the fabric could not send.
+    pub fn count_tx_errors(&mut self, n: u64) {
+        self.counters.tx_errors += n;
+    }
+
     /// Count datagrams the fabric dropped for being larger than any packet.
     pub fn count_oversized(&mut self, n: u64) {
         self.counters.header_errors += n;

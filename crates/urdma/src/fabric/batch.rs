@@ -106,3 +106,56 @@ impl RecvBatch {
         })
     }
 }
+
+/// Datagrams sent per `sendmmsg` call.
+pub const SEND_BATCH: usize = 64;
+
+/// Send datagrams with as few system calls as possible (`sendmmsg`).
+/// Returns how many could not be sent.
+pub fn send_all(fd: RawFd, items: &[(SocketAddr, &[u8])]) -> usize {
+    let mut failed = 0;
+    for chunk in items.chunks(SEND_BATCH) {
+        let addrs: Vec<socket2::SockAddr> = chunk
+            .iter()
+            .map(|(a, _)| socket2::SockAddr::from(*a))
+            .collect();
+        let mut iovs: Vec<libc::iovec> = chunk
+            .iter()
+            .map(|(_, d)| libc::iovec {
+                iov_base: d.as_ptr() as *mut libc::c_void,
+                iov_len: d.len(),
+            })
+            .collect();
+        // SAFETY: mmsghdr is a plain C struct; all-zero is a valid value.
+        let mut hdrs: Vec<libc::mmsghdr> = (0..chunk.len())
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
+        for (i, h) in hdrs.iter_mut().enumerate() {
+            h.msg_hdr.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
+            h.msg_hdr.msg_namelen = addrs[i].len();
+            h.msg_hdr.msg_iov = &mut iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+        }
+        let mut sent = 0;
+        while sent < hdrs.len() {
+            // SAFETY: the headers point at addrs, iovs and the callers'
+            // datagrams, all alive for this call; the kernel only reads them.
+            let n = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    hdrs[sent..].as_mut_ptr(),
+                    (hdrs.len() - sent) as libc::c_uint,
+                    0,
+                )
+            };
+            if n <= 0 {
+                // Skip the datagram that failed (e.g. no buffer space) and go on.
+                failed += 1;
+                sent += 1;
+            } else {
+                sent += n as usize;
+            }
+        }
+    }
+    failed
+}

@@ -18,6 +18,10 @@ const SOCKET_BUFFER: usize = 16 << 20;
 /// Async events kept before the oldest are dropped.
 const MAX_EVENTS: usize = 1024;
 
+/// Callback run after asynchronous events were queued (see
+/// [`UdpDriver::set_event_notifier`]).
+pub type EventNotifier = Box<dyn Fn() + Send + Sync>;
+
 /// A device's engine bound to a UDP socket.
 pub struct UdpDriver {
     name: String,
@@ -30,6 +34,7 @@ pub struct UdpDriver {
     sleeping_until: AtomicU64,
     events: Mutex<VecDeque<AsyncEvent>>,
     events_cv: Condvar,
+    event_notifier: Mutex<Option<EventNotifier>>,
 }
 
 fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
@@ -104,6 +109,7 @@ impl UdpDriver {
             sleeping_until: AtomicU64::new(u64::MAX),
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
+            event_notifier: Mutex::new(None),
         }))
     }
 
@@ -135,9 +141,15 @@ impl UdpDriver {
     }
 
     fn flush(&self, eng: &mut Engine) {
-        for t in eng.drain_tx() {
-            if let Err(e) = self.socket.send_to(&t.data, t.dst) {
-                tracing::debug!(dst = %t.dst, error = %e, "send failed");
+        let out: Vec<_> = eng.drain_tx().collect();
+        if !out.is_empty() {
+            use std::os::fd::AsRawFd;
+            let items: Vec<(SocketAddr, &[u8])> =
+                out.iter().map(|t| (t.dst, t.data.as_slice())).collect();
+            let failed = super::batch::send_all(self.socket.as_raw_fd(), &items);
+            if failed > 0 {
+                tracing::debug!(failed, "datagrams not sent");
+                eng.count_tx_errors(failed as u64);
             }
         }
         let evs = eng.take_events();
@@ -151,6 +163,13 @@ impl UdpDriver {
             }
             drop(q);
             self.events_cv.notify_all();
+            let notifier = self
+                .event_notifier
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = notifier.as_ref() {
+                n();
+            }
         }
         if let Some(d) = eng.next_deadline() {
             if d < self.sleeping_until.load(Ordering::Acquire) {
@@ -163,6 +182,19 @@ impl UdpDriver {
     /// Wake the receive thread with an empty datagram to itself.
     fn wake(&self) {
         let _ = self.socket.send_to(&[], self.local);
+    }
+
+    /// Install (or remove) a callback run each time new asynchronous
+    /// events were queued, so a consumer can wake a file descriptor instead
+    /// of blocking in [`UdpDriver::next_event`]. It runs on the thread that
+    /// drove the engine, with the engine locked: it must not call back into
+    /// the engine, only take the events with `next_event(Some(Duration::ZERO))`
+    /// and hand them on. Removing it waits for a running call to finish.
+    pub fn set_event_notifier(&self, n: Option<EventNotifier>) {
+        *self
+            .event_notifier
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = n;
     }
 
     /// Next async event, waiting up to `timeout` (None: forever).
