@@ -1,7 +1,9 @@
 //! `urdma`: list devices and benchmark RDMA over urdma.
 
 mod bench;
+mod check;
 mod devices;
+mod run;
 mod stat;
 
 use clap::{Parser, Subcommand};
@@ -21,8 +23,12 @@ enum Command {
     Devices(devices::DevicesArgs),
     /// Measure bandwidth and latency of RDMA WRITE, READ and SEND.
     Bench(bench::BenchArgs),
+    /// Run a mixed RDMA workload between two processes and verify every byte.
+    Check(check::CheckArgs),
     /// Counters of the urdma devices open in running processes.
     Stat(stat::StatArgs),
+    /// Run an unmodified verbs program (ibv_*, perftest, ...) on urdma.
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,7 +43,9 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Devices(a) => devices::run(&a),
         Command::Bench(a) => bench::run(&a),
+        Command::Check(a) => check::run(&a),
         Command::Stat(a) => stat::run(&a),
+        Command::Run(a) => run::run(&a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -155,11 +155,19 @@ impl Client {
         let s = &self.s;
         let local: MrSlice = s.mr.slice(s.half, size)?;
         let wr = |i: usize| match kind {
-            TestKind::WriteBw => {
-                SendWr::write(i as u64, &[local.clone()], s.peer.addr, s.peer.rkey)
-            }
-            TestKind::ReadBw => SendWr::read(i as u64, &[local.clone()], s.peer.addr, s.peer.rkey),
-            _ => SendWr::send(i as u64, &[local.clone()]),
+            TestKind::WriteBw => SendWr::write(
+                i as u64,
+                std::slice::from_ref(&local),
+                s.peer.addr,
+                s.peer.rkey,
+            ),
+            TestKind::ReadBw => SendWr::read(
+                i as u64,
+                std::slice::from_ref(&local),
+                s.peer.addr,
+                s.peer.rkey,
+            ),
+            _ => SendWr::send(i as u64, std::slice::from_ref(&local)),
         };
         // Completion moderation, as perftest does: only every
         // `signal_every`-th WR (and the last) is signaled; completions come
@@ -189,7 +197,7 @@ impl Client {
             let last = size.max(1) - 1;
             let mut v = Vec::with_capacity(iters);
             if kind == TestKind::SendLat {
-                s.qp.post_recv(RecvWr::new(0, &[dst.clone()]))?;
+                s.qp.post_recv(RecvWr::new(0, std::slice::from_ref(&dst)))?;
             }
             for i in 0..iters {
                 let t = Instant::now();
@@ -198,8 +206,13 @@ impl Client {
                         let stamp = (i % 255 + 1) as u8;
                         set_stamp(&s.mr, s.half + last, stamp)?;
                         s.qp.post_send(
-                            SendWr::write(i as u64, &[src.clone()], s.peer.addr, s.peer.rkey)
-                                .unsignaled(),
+                            SendWr::write(
+                                i as u64,
+                                std::slice::from_ref(&src),
+                                s.peer.addr,
+                                s.peer.rkey,
+                            )
+                            .unsignaled(),
                         )?;
                         wait_stamp(&s.mr, last, stamp)?;
                         v.push(t.elapsed() / 2);
@@ -207,7 +220,7 @@ impl Client {
                     TestKind::ReadLat => {
                         s.qp.post_send(SendWr::read(
                             i as u64,
-                            &[dst.clone()],
+                            std::slice::from_ref(&dst),
                             s.peer.addr,
                             s.peer.rkey,
                         ))?;
@@ -215,12 +228,12 @@ impl Client {
                         v.push(t.elapsed());
                     }
                     _ => {
-                        s.qp.post_send(SendWr::send(i as u64, &[src.clone()]))?;
+                        s.qp.post_send(SendWr::send(i as u64, std::slice::from_ref(&src)))?;
                         reap(&s.rcq, 1)?;
                         v.push(t.elapsed() / 2);
                         reap(&s.scq, 1)?;
                         if i + 1 < iters {
-                            s.qp.post_recv(RecvWr::new(i as u64 + 1, &[dst.clone()]))?;
+                            s.qp.post_recv(RecvWr::new(i as u64 + 1, std::slice::from_ref(&dst)))?;
                         }
                     }
                 }

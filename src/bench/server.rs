@@ -63,7 +63,7 @@ fn run_test(
         TestKind::SendBw => {
             let window = iters.min(s.qp_recv_depth());
             for i in 0..window {
-                s.qp.post_recv(RecvWr::new(i as u64, &[recv_slot.clone()]))?;
+                s.qp.post_recv(RecvWr::new(i as u64, std::slice::from_ref(&recv_slot)))?;
             }
             ch.send(&Msg::Ready)?;
             let mut posted = window;
@@ -73,22 +73,25 @@ fn run_test(
                 got += n;
                 for _ in 0..n {
                     if posted < iters {
-                        s.qp.post_recv(RecvWr::new(posted as u64, &[recv_slot.clone()]))?;
+                        s.qp.post_recv(RecvWr::new(
+                            posted as u64,
+                            std::slice::from_ref(&recv_slot),
+                        ))?;
                         posted += 1;
                     }
                 }
             }
         }
         TestKind::SendLat => {
-            s.qp.post_recv(RecvWr::new(0, &[recv_slot.clone()]))?;
+            s.qp.post_recv(RecvWr::new(0, std::slice::from_ref(&recv_slot)))?;
             ch.send(&Msg::Ready)?;
             let src = s.mr.slice(s.half, size)?;
             for i in 0..iters {
                 reap(&s.rcq, 1)?;
                 if i + 1 < iters {
-                    s.qp.post_recv(RecvWr::new(i as u64 + 1, &[recv_slot.clone()]))?;
+                    s.qp.post_recv(RecvWr::new(i as u64 + 1, std::slice::from_ref(&recv_slot)))?;
                 }
-                s.qp.post_send(SendWr::send(i as u64, &[src.clone()]))?;
+                s.qp.post_send(SendWr::send(i as u64, std::slice::from_ref(&src)))?;
                 reap(&s.scq, 1)?;
             }
         }
@@ -101,7 +104,13 @@ fn run_test(
                 wait_stamp(&s.mr, last, stamp)?;
                 set_stamp(&s.mr, s.half + last, stamp)?;
                 s.qp.post_send(
-                    SendWr::write(i as u64, &[src.clone()], s.peer.addr, s.peer.rkey).unsignaled(),
+                    SendWr::write(
+                        i as u64,
+                        std::slice::from_ref(&src),
+                        s.peer.addr,
+                        s.peer.rkey,
+                    )
+                    .unsignaled(),
                 )?;
             }
         }

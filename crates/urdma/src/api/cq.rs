@@ -27,6 +27,12 @@ impl Cq {
         self.shared.cqn
     }
 
+    /// The queue the engine fills, for layers that hand it to the engine
+    /// themselves (the libibverbs C ABI).
+    pub fn shared(&self) -> &Arc<CqShared> {
+        &self.shared
+    }
+
     /// Capacity.
     pub fn capacity(&self) -> usize {
         self.shared.capacity()

@@ -159,6 +159,13 @@ impl Device {
         Ok(Cq::new(self.clone(), cqn, cqe))
     }
 
+    /// The UDP driver that owns this device's engine. Layers that map
+    /// another object model onto the engine (the libibverbs C ABI) drive it
+    /// through [`UdpDriver::with_engine`] and [`UdpDriver::inspect`].
+    pub fn driver(&self) -> &Arc<UdpDriver> {
+        &self.inner.driver
+    }
+
     /// Device counters.
     pub fn counters(&self) -> Counters {
         self.inner.driver.inspect(|e| e.counters())

@@ -12,6 +12,15 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+/// Path MTU of a new QP: UD QPs are never given one (no transition takes
+/// it), so they use the port's MTU.
+fn default_mtu(qp_type: QpType) -> crate::types::Mtu {
+    match qp_type {
+        QpType::Ud => crate::types::Mtu::Mtu4096,
+        _ => crate::types::Mtu::Mtu1024,
+    }
+}
+
 /// Requester (send side) state of a QP.
 #[derive(Debug, Default)]
 pub struct ReqState {
@@ -135,6 +144,7 @@ impl QpCtx {
     ) -> Self {
         let attr = QpAttr {
             cap,
+            path_mtu: default_mtu(qp_type),
             ..QpAttr::default()
         };
         QpCtx {
@@ -261,6 +271,7 @@ impl QpCtx {
         let cap = self.cap;
         self.attr = QpAttr {
             cap,
+            path_mtu: default_mtu(self.qp_type),
             ..QpAttr::default()
         };
     }

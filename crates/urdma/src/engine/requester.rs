@@ -162,7 +162,10 @@ fn send_one(
     bth.pkey = DEFAULT_PKEY;
     match wqe.op {
         SendOp::Read => {
-            let chunk = READ_CHUNK.min(n - k);
+            // Requests cover the same PSN ranges as the first time, even
+            // when resent from the middle of one (the responder answers a
+            // duplicate only within the range it remembers).
+            let chunk = (READ_CHUNK - k % READ_CHUNK).min(n - k);
             let off = k as usize * mtu;
             let len = (chunk as usize * mtu).min(wqe.len - off.min(wqe.len));
             bth.opcode = Opcode::RcReadRequest;

@@ -45,13 +45,21 @@ pub struct FaultConfig {
     pub duplicate: f64,
     /// Probability that a packet is held back by an extra random delay
     /// (uniform in `0..=reorder_delay_ns`), letting later packets pass it.
+    /// This is the only fault that reorders packets of one link.
     pub reorder: f64,
     /// Largest extra delay of a reordered packet, in ns.
     pub reorder_delay_ns: u64,
     /// Base one-way latency, in ns.
     pub delay_ns: u64,
     /// Random extra latency of every packet, uniform in `0..=jitter_ns`.
+    /// With `fifo`, jitter keeps the link's order (a packet never arrives
+    /// before one sent earlier on the same link, unless that one was
+    /// reordered).
     pub jitter_ns: u64,
+    /// Jitter keeps packets in order. Without it every packet's jitter is
+    /// independent, which shuffles a burst sent at one instant (there is
+    /// no serialisation delay in the simulation).
+    pub fifo: bool,
     /// Probability that one random bit of a packet is flipped.
     pub corrupt: f64,
 }
@@ -74,6 +82,7 @@ impl FaultConfig {
             reorder_delay_ns: 0,
             delay_ns: 2_000,
             jitter_ns: 0,
+            fifo: true,
             corrupt: 0.0,
         }
     }
@@ -96,6 +105,7 @@ impl FaultConfig {
             reorder_delay_ns: 50_000,
             delay_ns: 2_000,
             jitter_ns: 1_000,
+            fifo: true,
             corrupt: 0.005,
         }
     }
@@ -122,6 +132,9 @@ pub struct SimStats {
     pub timer_events: u64,
     /// Steps taken.
     pub steps: u64,
+    /// A digest of every delivery (time, link, length and headers): two
+    /// runs with equal digests delivered the same packets at the same times.
+    pub digest: u64,
 }
 
 /// Why [`SimNet::run_until`] returned.
@@ -135,6 +148,12 @@ pub enum RunOutcome {
     Idle,
     /// The step budget ([`SimNet::set_max_steps`]) ran out.
     StepLimit,
+    /// More datagrams were in flight than [`SimNet::set_max_in_flight`]
+    /// allows (a packet storm).
+    Flooded {
+        /// Datagrams in flight.
+        in_flight: usize,
+    },
     /// An engine still reports a due deadline after handling its timers,
     /// so time cannot advance (a livelock in the engine).
     Stuck {
@@ -316,11 +335,14 @@ pub struct SimNet {
     by_addr: HashMap<SocketAddr, usize>,
     default_faults: FaultConfig,
     links: HashMap<(usize, usize), FaultConfig>,
+    /// Latest arrival time of an in-order packet per link, keeping jitter FIFO.
+    last_arrival: HashMap<(usize, usize), u64>,
     queue: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
     stats: SimStats,
     trace: Option<Vec<TraceEvent>>,
     max_steps: u64,
+    max_in_flight: usize,
 }
 
 impl fmt::Debug for SimNet {
@@ -341,6 +363,25 @@ fn splitmix64(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^ (x >> 31)
+}
+
+/// Fold one delivery into a running FNV-1a digest (the first 64 bytes of
+/// the datagram cover every transport header).
+fn digest(mut h: u64, p: &InFlight) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01B3;
+    if h == 0 {
+        h = 0xCBF2_9CE4_8422_2325;
+    }
+    let head = (p.at, p.src as u64, p.dst as u64, p.data.len() as u64);
+    for w in [head.0, head.1, head.2, head.3] {
+        for b in w.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+        }
+    }
+    for &b in p.data.iter().take(64) {
+        h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+    }
+    h
 }
 
 /// True with probability `p` (clamped to [0, 1]; NaN is 0). Draws from
@@ -368,11 +409,13 @@ impl SimNet {
             by_addr: HashMap::new(),
             default_faults: FaultConfig::perfect(),
             links: HashMap::new(),
+            last_arrival: HashMap::new(),
             queue: BinaryHeap::new(),
             seq: 0,
             stats: SimStats::default(),
             trace: None,
             max_steps: u64::MAX,
+            max_in_flight: usize::MAX,
         };
         for _ in 0..devices {
             net.add_device(DeviceAttr::default());
@@ -498,6 +541,12 @@ impl SimNet {
     /// Stop [`SimNet::run_until`] after this many steps (per call).
     pub fn set_max_steps(&mut self, max: u64) {
         self.max_steps = max;
+    }
+
+    /// Stop [`SimNet::run_until`] when more than `max` datagrams are in
+    /// flight.
+    pub fn set_max_in_flight(&mut self, max: usize) {
+        self.max_in_flight = max;
     }
 
     /// Record a packet trace from now on (`true`), or stop and discard it.
@@ -661,13 +710,19 @@ impl SimNet {
             if f.jitter_ns > 0 {
                 delay = delay.saturating_add(self.rng.gen_range(0..=f.jitter_ns));
             }
-            if chance(&mut self.rng, f.reorder) {
+            let at = if chance(&mut self.rng, f.reorder) {
                 self.stats.reordered += 1;
                 if f.reorder_delay_ns > 0 {
                     delay = delay.saturating_add(self.rng.gen_range(0..=f.reorder_delay_ns));
                 }
-            }
-            let at = self.now.saturating_add(delay);
+                self.now.saturating_add(delay)
+            } else if !f.fifo {
+                self.now.saturating_add(delay)
+            } else {
+                let last = self.last_arrival.entry((src, dst)).or_insert(0);
+                *last = self.now.saturating_add(delay).max(*last);
+                *last
+            };
             if copy == 0 {
                 self.record(TraceKind::Sent { arrives: at }, src, dst_addr, &data);
             } else {
@@ -740,6 +795,7 @@ impl SimNet {
             let src_addr = self.addr(p.src);
             let dst_addr = self.addr(p.dst);
             self.stats.delivered += 1;
+            self.stats.digest = digest(self.stats.digest, &p);
             if self.trace.is_some() {
                 self.record(TraceKind::Delivered, p.src, dst_addr, &p.data);
             }
@@ -757,11 +813,8 @@ impl SimNet {
             let now = self.now;
             let mut stuck = None;
             for i in 0..self.devices.len() {
-                if !self.devices[i]
-                    .engine
-                    .next_deadline()
-                    .is_some_and(|d| d <= now)
-                {
+                let due = self.devices[i].engine.next_deadline();
+                if !matches!(due, Some(d) if d <= now) {
                     continue;
                 }
                 self.stats.timer_events += 1;
@@ -808,6 +861,11 @@ impl SimNet {
             }
             if steps >= self.max_steps {
                 return RunOutcome::StepLimit;
+            }
+            if self.queue.len() > self.max_in_flight {
+                return RunOutcome::Flooded {
+                    in_flight: self.queue.len(),
+                };
             }
             steps += 1;
             match self.step_detailed() {
@@ -881,6 +939,7 @@ mod tests {
                 reorder_delay_ns: 10_000,
                 delay_ns: 1_000,
                 jitter_ns: 500,
+                fifo: false,
                 corrupt: 0.2,
             });
             let dst = net.addr(1);
@@ -900,6 +959,33 @@ mod tests {
         assert!(s.duplicated > 100 && s.corrupted > 100 && s.reordered > 100);
         assert!(a.windows(2).all(|w| w[0] <= w[1]));
         assert!(a.iter().all(|&t| t >= 1_000));
+    }
+
+    #[test]
+    fn jitter_keeps_link_order_and_reorder_breaks_it() {
+        fn order(reorder: f64) -> Vec<u32> {
+            let mut net = SimNet::new(5, 2);
+            net.set_default_faults(FaultConfig {
+                reorder,
+                reorder_delay_ns: 20_000,
+                jitter_ns: 5_000,
+                ..FaultConfig::perfect()
+            });
+            let dst = net.addr(1);
+            for i in 0..200u32 {
+                net.transmit(0, dst, i.to_be_bytes().to_vec());
+            }
+            let mut v = Vec::new();
+            while let Some(Reverse(p)) = net.queue.pop() {
+                v.push(u32::from_be_bytes(p.data[..4].try_into().unwrap()));
+            }
+            v
+        }
+        let inorder = order(0.0);
+        assert!(inorder.windows(2).all(|w| w[0] < w[1]));
+        let shuffled = order(0.3);
+        assert_eq!(shuffled.len(), 200);
+        assert!(shuffled.windows(2).any(|w| w[0] > w[1]));
     }
 
     #[test]
@@ -923,6 +1009,7 @@ mod tests {
             reorder_delay_ns: u64::MAX,
             delay_ns: u64::MAX,
             jitter_ns: u64::MAX,
+            fifo: false,
             corrupt: 1.0,
         });
         let dst = net.addr(1);

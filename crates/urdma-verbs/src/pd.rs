@@ -1,0 +1,272 @@
+//! Protection domains and memory regions. C memory is registered in
+//! place (`MemRegion::from_raw`), visible to peers at the IOVA the caller
+//! chose.
+
+use crate::context::Context;
+use crate::device::DevShared;
+use crate::handles::{self, Kind};
+use crate::sys::*;
+use crate::util::{ensure, guard, ret_errno, ret_ptr, VResult};
+use std::os::raw::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use urdma::mem::MemRegion;
+use urdma::mr::MrEntry;
+use urdma::AccessFlags;
+
+/// A protection domain.
+#[repr(C)]
+pub struct Pd {
+    /// The C view; must stay the first field.
+    pub ibv: ibv_pd,
+    /// The device.
+    pub dev: Arc<DevShared>,
+    /// Engine PD number.
+    pub pdn: u32,
+    /// SRQs and address handles made in it (the engine counts MRs and QPs).
+    pub children: AtomicU32,
+}
+
+impl Pd {
+    /// Look up a live PD.
+    pub fn from_ptr<'a>(p: *const ibv_pd) -> VResult<&'a Pd> {
+        if !handles::is_live(p, Kind::Pd) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: registered PDs are live boxed Pds; ibv is the first field.
+        Ok(unsafe { &*(p as *const Pd) })
+    }
+}
+
+fn alloc(context: *mut ibv_context) -> VResult<*mut ibv_pd> {
+    let c = Context::from_ptr(context)?;
+    let pdn = c
+        .dev
+        .device
+        .driver()
+        .with_engine(|e, _| e.alloc_pd())
+        .map_err(|e| e.errno())?;
+    // SAFETY: plain C data; zero is valid.
+    let mut ibv: ibv_pd = unsafe { std::mem::zeroed() };
+    ibv.context = context;
+    ibv.handle = pdn;
+    let p = Box::into_raw(Box::new(Pd {
+        ibv,
+        dev: c.dev.clone(),
+        pdn,
+        children: AtomicU32::new(0),
+    })) as *mut ibv_pd;
+    handles::register(p, Kind::Pd);
+    Ok(p)
+}
+
+/// `ibv_alloc_pd`
+pub unsafe extern "C" fn alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    guard(std::ptr::null_mut(), || ret_ptr(alloc(context)))
+}
+
+/// `ibv_dealloc_pd`: EBUSY while MRs, QPs, SRQs or AHs remain in it.
+pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard(libc::EIO, || {
+        ret_errno((|| {
+            let p = Pd::from_ptr(pd)?;
+            ensure(p.children.load(Ordering::Acquire) == 0, libc::EBUSY)?;
+            let pdn = p.pdn;
+            p.dev
+                .device
+                .driver()
+                .with_engine(|e, _| e.dealloc_pd(pdn))
+                .map_err(|e| e.errno())?;
+            handles::unregister(pd, Kind::Pd);
+            // SAFETY: pd was a registered boxed Pd, now unregistered.
+            drop(unsafe { Box::from_raw(pd as *mut Pd) });
+            Ok(())
+        })())
+    })
+}
+
+/// A registered memory region.
+#[repr(C)]
+pub struct Mr {
+    /// The C view; must stay the first field.
+    pub ibv: ibv_mr,
+    /// The device.
+    pub dev: Arc<DevShared>,
+    /// The engine's region.
+    pub entry: Arc<MrEntry>,
+}
+
+impl Mr {
+    /// Look up a live MR.
+    pub fn from_ptr<'a>(p: *const ibv_mr) -> VResult<&'a Mr> {
+        if !handles::is_live(p, Kind::Mr) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: registered MRs are live boxed Mrs; ibv is the first field.
+        Ok(unsafe { &*(p as *const Mr) })
+    }
+}
+
+/// Access bits with a meaning for urdma. MW_BIND (no memory windows
+/// exist) and HUGETLB (a hint) are accepted and have no effect.
+const ACCESS_KNOWN: u32 = IBV_ACCESS_LOCAL_WRITE
+    | IBV_ACCESS_REMOTE_WRITE
+    | IBV_ACCESS_REMOTE_READ
+    | IBV_ACCESS_REMOTE_ATOMIC
+    | IBV_ACCESS_MW_BIND
+    | IBV_ACCESS_ZERO_BASED
+    | IBV_ACCESS_ON_DEMAND
+    | IBV_ACCESS_HUGETLB;
+
+/// The optional access range (IBV_ACCESS_RELAXED_ORDERING and its
+/// successors): a device may ignore these bits.
+const ACCESS_OPTIONAL: u32 = IB_UVERBS_ACCESS_OPTIONAL_RANGE;
+
+/// The urdma access flags of a verbs access mask.
+pub fn access_flags(access: u32) -> VResult<AccessFlags> {
+    let access = access & !ACCESS_OPTIONAL;
+    ensure(access & !ACCESS_KNOWN == 0, libc::EINVAL)?;
+    ensure(access & IBV_ACCESS_ON_DEMAND == 0, libc::EOPNOTSUPP)?;
+    ensure(access & IBV_ACCESS_ZERO_BASED == 0, libc::EOPNOTSUPP)?;
+    Ok(AccessFlags::from_bits_truncate(access))
+}
+
+/// EFAULT unless every page of `[addr, addr+len)` is mapped.
+fn check_mapped(addr: usize, len: usize) -> VResult<()> {
+    // SAFETY: sysconf takes no pointers.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
+    let mut p = addr & !(page - 1);
+    let mut vec = vec![0u8; 4096];
+    while p < end {
+        let chunk = (end - p).div_ceil(page).min(vec.len());
+        // SAFETY: mincore only reports on the range; vec has room for one
+        // byte per page of the chunk.
+        let r = unsafe { libc::mincore(p as *mut c_void, chunk * page, vec.as_mut_ptr()) };
+        if r != 0 {
+            return Err(libc::EFAULT);
+        }
+        p += chunk * page;
+    }
+    Ok(())
+}
+
+fn reg(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> VResult<*mut ibv_mr> {
+    let p = Pd::from_ptr(pd)?;
+    let flags = access_flags(access)?;
+    ensure(length > 0, libc::EINVAL)?;
+    ensure(!addr.is_null(), libc::EFAULT)?;
+    check_mapped(addr as usize, length)?;
+    // SAFETY: the verbs contract: registered memory stays valid until
+    // ibv_dereg_mr, which invalidates the region before returning.
+    let mem = unsafe { MemRegion::from_raw(addr.cast(), length) }.ok_or(libc::EFAULT)?;
+    let pdn = p.pdn;
+    let entry = p
+        .dev
+        .device
+        .driver()
+        .with_engine(|e, _| e.reg_mr(pdn, flags, iova, mem))
+        .map_err(|e| e.errno())?;
+    // SAFETY: plain C data; zero is valid.
+    let mut ibv: ibv_mr = unsafe { std::mem::zeroed() };
+    ibv.context = p.ibv.context;
+    ibv.pd = pd;
+    ibv.addr = addr;
+    ibv.length = length;
+    ibv.handle = entry.lkey;
+    ibv.lkey = entry.lkey;
+    ibv.rkey = entry.rkey;
+    let m = Box::into_raw(Box::new(Mr {
+        ibv,
+        dev: p.dev.clone(),
+        entry,
+    })) as *mut ibv_mr;
+    handles::register(m, Kind::Mr);
+    Ok(m)
+}
+
+/// `ibv_reg_mr`: register `length` bytes at `addr`, visible at IOVA `addr`.
+pub unsafe extern "C" fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        ret_ptr(reg(pd, addr, length, addr as u64, access as u32))
+    })
+}
+
+/// `ibv_reg_mr_iova`
+pub unsafe extern "C" fn reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        ret_ptr(reg(pd, addr, length, iova, access as u32))
+    })
+}
+
+/// `ibv_reg_mr_iova2`
+pub unsafe extern "C" fn reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        ret_ptr(reg(pd, addr, length, iova, access))
+    })
+}
+
+/// `ibv_dereg_mr`: after it returns urdma no longer touches the memory
+/// (work still in flight on it completes in error).
+pub unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard(libc::EIO, || {
+        ret_errno((|| {
+            let m = Mr::from_ptr(mr)?;
+            let key = m.entry.lkey;
+            let entry = m
+                .dev
+                .device
+                .driver()
+                .with_engine(|e, _| e.dereg_mr(key))
+                .map_err(|e| e.errno())?;
+            entry.mem.invalidate();
+            handles::unregister(mr, Kind::Mr);
+            // SAFETY: mr was a registered boxed Mr, now unregistered.
+            drop(unsafe { Box::from_raw(mr as *mut Mr) });
+            Ok(())
+        })())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_masks() {
+        assert!(access_flags(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE).is_ok());
+        assert!(access_flags(IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_LOCAL_WRITE).is_ok());
+        assert_eq!(access_flags(IBV_ACCESS_ON_DEMAND), Err(libc::EOPNOTSUPP));
+        assert_eq!(access_flags(1 << 12), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn mapped_ranges() {
+        let v = vec![0u8; 10000];
+        assert!(check_mapped(v.as_ptr() as usize, v.len()).is_ok());
+        assert_eq!(check_mapped(8, 16), Err(libc::EFAULT));
+    }
+}

@@ -1,0 +1,346 @@
+//! Posting work requests: `ibv_post_send`, `ibv_post_recv`,
+//! `ibv_post_srq_recv` (reached through `ibv_context::ops`).
+
+use crate::ah::Ah;
+use crate::qp::Qp;
+use crate::srq::Srq;
+use crate::sys::*;
+use crate::util::{ensure, guard, set_errno, VResult};
+use std::os::raw::{c_int, c_uint};
+use std::sync::atomic::Ordering;
+use urdma::engine::wqe::{SendOp, UdDest};
+use urdma::engine::{RecvRequest, SendData, SendRequest, SgEntry};
+use urdma::QpType;
+
+/// Send flags accepted. The engine has no fence: IBV_SEND_FENCE is
+/// accepted and has no effect beyond the engine's in-order processing (a
+/// request is transmitted, and executed by the responder, after every
+/// request posted before it, but it does not wait for earlier READ or
+/// atomic responses to arrive).
+const SEND_FLAGS_KNOWN: c_uint =
+    IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
+
+/// The operation of a verbs opcode.
+pub fn send_op(opcode: ibv_wr_opcode, imm_be: u32, compare_add: u64, swap: u64) -> VResult<SendOp> {
+    let imm = u32::from_be(imm_be);
+    Ok(match opcode {
+        IBV_WR_RDMA_WRITE => SendOp::Write,
+        IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteImm(imm),
+        IBV_WR_SEND => SendOp::Send,
+        IBV_WR_SEND_WITH_IMM => SendOp::SendImm(imm),
+        IBV_WR_RDMA_READ => SendOp::Read,
+        IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::CompSwap {
+            compare: compare_add,
+            swap,
+        },
+        IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd { add: compare_add },
+        IBV_WR_LOCAL_INV | IBV_WR_BIND_MW | IBV_WR_SEND_WITH_INV | IBV_WR_TSO | IBV_WR_DRIVER1
+        | IBV_WR_ATOMIC_WRITE => return Err(libc::EOPNOTSUPP),
+        _ => return Err(libc::EINVAL),
+    })
+}
+
+/// True for operations whose data may be inline.
+pub fn may_inline(op: SendOp) -> bool {
+    matches!(
+        op,
+        SendOp::Send | SendOp::SendImm(_) | SendOp::Write | SendOp::WriteImm(_)
+    )
+}
+
+/// The scatter/gather list of a work request.
+///
+/// # Safety
+/// A non-NULL `sg` must point to `n` readable `ibv_sge`s.
+pub unsafe fn sges(sg: *const ibv_sge, n: c_int) -> VResult<Vec<SgEntry>> {
+    ensure(n >= 0, libc::EINVAL)?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    ensure(!sg.is_null(), libc::EINVAL)?;
+    // SAFETY: the caller guarantees n readable entries.
+    let list = unsafe { std::slice::from_raw_parts(sg, n as usize) };
+    Ok(list
+        .iter()
+        .map(|s| SgEntry {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        })
+        .collect())
+}
+
+/// Copy inline data out of C buffers (at post time, as verbs requires).
+///
+/// # Safety
+/// Each `(addr, len)` must be readable, as the verbs contract requires of
+/// inline buffers.
+pub unsafe fn copy_inline(
+    bufs: impl Iterator<Item = (u64, usize)>,
+    max_inline: u32,
+) -> VResult<Vec<u8>> {
+    let mut out = Vec::new();
+    for (addr, len) in bufs {
+        if len == 0 {
+            continue;
+        }
+        ensure(addr != 0, libc::EFAULT)?;
+        ensure(out.len() + len <= max_inline as usize, libc::EINVAL)?;
+        // SAFETY: the caller guarantees the buffer is readable.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+    }
+    Ok(out)
+}
+
+/// The UD destination of an address handle.
+pub fn ud_dest(q: &Qp, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) -> VResult<UdDest> {
+    let ah = Ah::from_ptr(ah)?;
+    ensure(remote_qpn <= 0x00ff_ffff, libc::EINVAL)?;
+    // A Q_Key with its high bit set means "the QP's own Q_Key".
+    let qkey = if remote_qkey & 0x8000_0000 != 0 {
+        q.qkey.load(Ordering::Acquire)
+    } else {
+        remote_qkey
+    };
+    Ok(UdDest {
+        addr: ah.dest,
+        qpn: remote_qpn,
+        qkey,
+    })
+}
+
+fn convert_send(q: &Qp, w: &ibv_send_wr) -> VResult<SendRequest> {
+    ensure(w.send_flags & !SEND_FLAGS_KNOWN == 0, libc::EINVAL)?;
+    // SAFETY: the unions are read as the opcode says they were written;
+    // every bit pattern of these integer fields is valid.
+    let (imm, rdma, atomic, ud) =
+        unsafe { (w.__bindgen_anon_1.imm_data, w.wr.rdma, w.wr.atomic, w.wr.ud) };
+    let op = send_op(w.opcode, imm, atomic.compare_add, atomic.swap)?;
+    let (remote_va, rkey) = if op.is_atomic() {
+        (atomic.remote_addr, atomic.rkey)
+    } else {
+        (rdma.remote_addr, rdma.rkey)
+    };
+    // SAFETY: sg_list holds num_sge entries, as the verbs contract says.
+    let list = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let data = if w.send_flags & IBV_SEND_INLINE != 0 && may_inline(op) {
+        let bufs = list.iter().map(|s| (s.addr, s.length as usize));
+        // SAFETY: inline buffers are readable at post time (verbs contract).
+        SendData::Inline(unsafe { copy_inline(bufs, q.cap.max_inline_data) }?)
+    } else {
+        SendData::Sges(list)
+    };
+    let ud = if q.qp_type == QpType::Ud {
+        Some(ud_dest(q, ud.ah, ud.remote_qpn, ud.remote_qkey)?)
+    } else {
+        None
+    };
+    Ok(SendRequest {
+        wr_id: w.wr_id,
+        op,
+        data,
+        remote_va,
+        rkey,
+        signaled: w.send_flags & IBV_SEND_SIGNALED != 0,
+        solicited: w.send_flags & IBV_SEND_SOLICITED != 0,
+        ud,
+    })
+}
+
+/// Walk a C list of work requests, posting each with `post` under one
+/// engine lock; stops at the first failure and reports it in `bad`.
+///
+/// # Safety
+/// `first` must be NULL or a valid list of `T` linked by `next(w)`.
+unsafe fn walk<T>(
+    first: *mut T,
+    bad: *mut *mut T,
+    next: impl Fn(&T) -> *mut T,
+    mut post: impl FnMut(&T) -> VResult<()>,
+) -> c_int {
+    let mut cur = first;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the caller's list.
+        let w = unsafe { &*cur };
+        if let Err(e) = post(w) {
+            if !bad.is_null() {
+                // SAFETY: bad is the caller's out-pointer.
+                unsafe { *bad = cur };
+            }
+            set_errno(e);
+            return e;
+        }
+        cur = next(w);
+    }
+    0
+}
+
+/// `ibv_context_ops::post_send`
+pub unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        let q = match Qp::from_ptr(qp) {
+            Ok(q) => q,
+            Err(e) => {
+                if !bad_wr.is_null() {
+                    // SAFETY: bad_wr is the caller's out-pointer.
+                    unsafe { *bad_wr = wr };
+                }
+                set_errno(e);
+                return e;
+            }
+        };
+        let qpn = q.qpn;
+        q.dev.device.driver().with_engine(|e, now| {
+            // SAFETY: wr is the caller's list of send work requests.
+            unsafe {
+                walk(
+                    wr,
+                    bad_wr,
+                    |w| w.next,
+                    |w| {
+                        let r = convert_send(q, w)?;
+                        e.post_send(now, qpn, r).map_err(|e| e.errno())
+                    },
+                )
+            }
+        })
+    })
+}
+
+fn convert_recv(w: &ibv_recv_wr) -> VResult<RecvRequest> {
+    Ok(RecvRequest {
+        wr_id: w.wr_id,
+        // SAFETY: sg_list holds num_sge entries, as the verbs contract says.
+        sges: unsafe { sges(w.sg_list, w.num_sge) }?,
+    })
+}
+
+/// `ibv_context_ops::post_recv`. A QP attached to an SRQ takes its
+/// receives from the SRQ: posting to it fails with EINVAL.
+pub unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        let q = match Qp::from_ptr(qp).and_then(|q| {
+            ensure(q.ibv.qp_base.srq.is_null(), libc::EINVAL)?;
+            Ok(q)
+        }) {
+            Ok(q) => q,
+            Err(e) => {
+                if !bad_wr.is_null() {
+                    // SAFETY: bad_wr is the caller's out-pointer.
+                    unsafe { *bad_wr = wr };
+                }
+                set_errno(e);
+                return e;
+            }
+        };
+        let qpn = q.qpn;
+        q.dev.device.driver().with_engine(|e, now| {
+            // SAFETY: wr is the caller's list of receive work requests.
+            unsafe {
+                walk(
+                    wr,
+                    bad_wr,
+                    |w| w.next,
+                    |w| {
+                        let r = convert_recv(w)?;
+                        e.post_recv(now, qpn, r).map_err(|e| e.errno())
+                    },
+                )
+            }
+        })
+    })
+}
+
+/// `ibv_context_ops::post_srq_recv`
+pub unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        let s = match Srq::from_ptr(srq) {
+            Ok(s) => s,
+            Err(e) => {
+                if !bad_wr.is_null() {
+                    // SAFETY: bad_wr is the caller's out-pointer.
+                    unsafe { *bad_wr = wr };
+                }
+                set_errno(e);
+                return e;
+            }
+        };
+        let srqn = s.srqn;
+        s.dev.device.driver().with_engine(|e, _| {
+            // SAFETY: wr is the caller's list of receive work requests.
+            unsafe {
+                walk(
+                    wr,
+                    bad_wr,
+                    |w| w.next,
+                    |w| {
+                        let r = convert_recv(w)?;
+                        e.post_srq_recv(srqn, r).map_err(|e| e.errno())
+                    },
+                )
+            }
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opcodes_map_and_imm_is_network_order() {
+        let be = 0x1122_3344u32.to_be();
+        assert_eq!(
+            send_op(IBV_WR_SEND_WITH_IMM, be, 0, 0),
+            Ok(SendOp::SendImm(0x1122_3344))
+        );
+        assert_eq!(
+            send_op(IBV_WR_ATOMIC_FETCH_AND_ADD, 0, 5, 0),
+            Ok(SendOp::FetchAdd { add: 5 })
+        );
+        assert_eq!(send_op(IBV_WR_BIND_MW, 0, 0, 0), Err(libc::EOPNOTSUPP));
+        assert_eq!(send_op(999, 0, 0, 0), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn inline_copies_and_limits() {
+        let a = *b"hello";
+        let b = *b" world";
+        let bufs = [(a.as_ptr() as u64, a.len()), (b.as_ptr() as u64, b.len())];
+        // SAFETY: both buffers are live locals.
+        let v = unsafe { copy_inline(bufs.iter().copied(), 64) }.unwrap();
+        assert_eq!(&v, b"hello world");
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { copy_inline(bufs.iter().copied(), 8) },
+            Err(libc::EINVAL)
+        );
+        // SAFETY: a NULL buffer is refused before any read.
+        assert_eq!(
+            unsafe { copy_inline([(0u64, 4usize)].into_iter(), 64) },
+            Err(libc::EFAULT)
+        );
+    }
+
+    #[test]
+    fn sge_lists() {
+        // SAFETY: NULL with zero entries is never read.
+        assert!(unsafe { sges(std::ptr::null(), 0) }.unwrap().is_empty());
+        // SAFETY: refused before any read.
+        assert_eq!(unsafe { sges(std::ptr::null(), 1) }, Err(libc::EINVAL));
+        // SAFETY: refused before any read.
+        assert_eq!(unsafe { sges(std::ptr::null(), -1) }, Err(libc::EINVAL));
+    }
+}

@@ -1,0 +1,117 @@
+//! `urdma run [--addr IP] -- CMD ARGS`: run an unmodified verbs program
+//! on urdma, with urdma's libibverbs.so.1 in front of the system's.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::os::unix::fs::{symlink, DirBuilderExt, MetadataExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// The library file a verbs program loads.
+const SONAME: &str = "libibverbs.so.1";
+/// The file cargo builds.
+const BUILT: &str = "libibverbs.so";
+
+/// Arguments of `urdma run`.
+#[derive(Args)]
+pub struct RunArgs {
+    /// Address of the one device the program sees (sets URDMA_ADDR);
+    /// without it, the usual device discovery applies.
+    #[arg(long)]
+    addr: Option<IpAddr>,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
+    command: Vec<OsString>,
+}
+
+/// Where urdma's libibverbs is: `URDMA_LIB_DIR`, else beside this executable.
+fn lib_dir() -> Result<PathBuf> {
+    if let Some(d) = std::env::var_os("URDMA_LIB_DIR") {
+        return Ok(PathBuf::from(d));
+    }
+    let exe = std::env::current_exe().context("cannot locate the urdma executable")?;
+    Ok(exe
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".")))
+}
+
+/// A private directory of this user under the temporary directory.
+fn private_dir(lib: &Path) -> Result<PathBuf> {
+    // The owner of /proc/self is this process's user.
+    let uid = std::fs::metadata("/proc/self")
+        .context("cannot read /proc/self")?
+        .uid();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in lib.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+    }
+    let dir = std::env::temp_dir().join(format!("urdma-{uid}-{h:016x}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
+    }
+    let m = std::fs::symlink_metadata(&dir)?;
+    if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+        bail!("{} is not a private directory of this user", dir.display());
+    }
+    Ok(dir)
+}
+
+/// A directory holding a `libibverbs.so.1` that is urdma's library.
+fn soname_dir() -> Result<PathBuf> {
+    let dir = lib_dir()?;
+    if dir.join(SONAME).exists() {
+        return Ok(dir);
+    }
+    let built = dir.join(BUILT);
+    if !built.exists() {
+        bail!(
+            "no {SONAME} or {BUILT} in {} (build it with `cargo build -p libibverbs`, \
+             or set URDMA_LIB_DIR)",
+            dir.display()
+        );
+    }
+    // Next to the library if the directory is writable, else in a
+    // private directory of this user.
+    if symlink(BUILT, dir.join(SONAME)).is_ok() {
+        return Ok(dir);
+    }
+    let built = built.canonicalize()?;
+    let priv_dir = private_dir(&built)?;
+    let link = priv_dir.join(SONAME);
+    if std::fs::read_link(&link).ok().as_deref() != Some(built.as_path()) {
+        let _ = std::fs::remove_file(&link);
+        symlink(&built, &link).with_context(|| format!("cannot create {}", link.display()))?;
+    }
+    Ok(priv_dir)
+}
+
+/// Exec the command with urdma's library first on the library path; on
+/// success this does not return, and the command's exit status is urdma's.
+pub fn run(a: &RunArgs) -> Result<()> {
+    let dir = soname_dir()?;
+    let mut path = OsString::from(dir.as_os_str());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let mut cmd = std::process::Command::new(&a.command[0]);
+    cmd.args(&a.command[1..]).env("LD_LIBRARY_PATH", path);
+    if let Some(ip) = a.addr {
+        cmd.env("URDMA_ADDR", ip.to_string());
+    }
+    let err = cmd.exec();
+    let code = match err.kind() {
+        std::io::ErrorKind::NotFound => 127,
+        _ => 126,
+    };
+    eprintln!(
+        "urdma: cannot run {}: {err}",
+        a.command[0].to_string_lossy()
+    );
+    std::process::exit(code);
+}

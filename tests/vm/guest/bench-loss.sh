@@ -1,0 +1,53 @@
+#!/bin/bash
+# Benchmark, not a test (tests/vm/run --bench-loss): goodput of a stream of
+# 1 MiB RDMA WRITEs (`urdma bench --ops write --sizes 1048576 --bw-only`)
+# between two network namespaces joined by a veth pair, with netem loss of
+# 0%, 1% and 5% on both ends, and each figure's ratio to the loss-free one.
+# TCP on the same path is shown for comparison. Path MTU 1024 (the veth
+# MTU is 1500); BENCH_ITERS writes per run (default 64), BENCH_DEPTH
+# outstanding (default 16). The guest CPU is emulated: absolute figures are
+# far below those of real hardware, the ratios are what matters.
+set -u
+U=${URDMA:?URDMA names the urdma binary}
+. "$(dirname "$0")/lib/netns.sh"
+ITERS=${BENCH_ITERS:-64}
+DEPTH=${BENCH_DEPTH:-16}
+T=$(mktemp -d)
+trap 'netns_cleanup; rm -rf "$T"' EXIT
+
+if ! netns_setup; then
+  echo "FAIL - bench-loss: cannot create the namespaces and the veth pair"
+  exit 1
+fi
+base=
+failed=0
+for loss in 0 1 5; do
+  if [ $loss = 0 ]; then netem none; else netem loss $loss%; fi || {
+    echo "FAIL - bench-loss: cannot set netem loss $loss%"
+    exit 1
+  }
+  ip netns exec $NS_S timeout 300 "$U" bench --server --once --bind $IP_S \
+    --mtu 1024 --depth "$DEPTH" > "$T/srv" 2>&1 &
+  sp=$!
+  t0=$EPOCHREALTIME
+  ip netns exec $NS_C timeout 300 "$U" bench $IP_S --bind $IP_C --ops write \
+    --sizes 1048576 --bw-only --mtu 1024 --depth "$DEPTH" -n "$ITERS" > "$T/cli" 2>&1
+  rc=$?
+  wait $sp
+  ms=$(ms_since "$t0")
+  # The row: #bytes #iterations BW[MiB/s] MsgRate[Mpps] TCP-BW[MiB/s] urdma/TCP
+  read -r _ _ bw _ tcp _ < <(grep -E '^ +1048576 ' "$T/cli")
+  if [ $rc != 0 ] || [ -z "${bw:-}" ]; then
+    sed 's/^/    /' "$T/cli" "$T/srv"
+    echo "FAIL - bench-loss: the benchmark at $loss% loss failed (exit status $rc)"
+    failed=1
+    continue
+  fi
+  [ -n "$base" ] || base=$bw
+  grep '^client device' "$T/cli" | sed 's/^/    /'
+  awk -v l=$loss -v bw="$bw" -v b="$base" -v tcp="$tcp" -v ms="$ms" -v n="$ITERS" 'BEGIN {
+    printf "loss %d%%: RDMA WRITE 1 MiB goodput %8.2f MiB/s, %.2f of the loss-free figure (TCP %s MiB/s; %d writes, %.1f s)\n",
+      l, bw, bw / b, tcp, n, ms / 1000 }'
+done
+[ $failed = 0 ] && echo "ok - bench-loss: figures measured"
+[ $failed = 0 ]

@@ -1,0 +1,67 @@
+#!/bin/bash
+# Guest test: the urdma kernel device. Loads urdma.ko ($URDMA_KO), creates
+# devices with `rdma link add` on lo and on a dummy interface with a
+# link-local address, checks what the RDMA core, sysfs and uverbs show,
+# follows carrier changes, deletes the devices and unloads the module,
+# then checks the kernel log. Prints "ok - NAME" / "FAIL - NAME" per check.
+set -u
+KO=${URDMA_KO:-/share/urdma.ko}
+failures=0
+ok() { echo "ok - kernel: $*"; }
+fail() { echo "FAIL - kernel: $*"; failures=$((failures + 1)); }
+# check NAME COMMAND...: passes if COMMAND succeeds.
+check() {
+  local name=$1
+  shift
+  if out=$("$@" 2>&1); then ok "$name"; else fail "$name"; echo "$out" | sed 's/^/    /'; fi
+}
+# expect NAME REGEX COMMAND...: passes if COMMAND's output matches REGEX.
+expect() {
+  local name=$1 re=$2
+  shift 2
+  out=$("$@" 2>&1)
+  if echo "$out" | grep -Eq -- "$re"; then ok "$name"; else fail "$name (/$re/ not in output)"; echo "$out" | sed 's/^/    /'; fi
+}
+cleanup() {
+  rdma link delete urdma0 2>/dev/null
+  rdma link delete urdma1 2>/dev/null
+  ip link del urdmad0 2>/dev/null
+  rmmod urdma 2>/dev/null
+}
+trap cleanup EXIT
+
+dmesg -C 2>/dev/null
+modprobe ib_core && modprobe ib_uverbs || fail "RDMA core modules load"
+check "module loads" insmod "$KO"
+check "rdma link add on lo" rdma link add urdma0 type urdma netdev lo
+ip link add urdmad0 type dummy && ip addr add 169.254.61.1/16 dev urdmad0 && ip link set urdmad0 up
+check "rdma link add on a dummy netdev" rdma link add urdma1 type urdma netdev urdmad0
+expect "rdma link show: urdma0 ACTIVE on lo" 'link urdma0/1 state ACTIVE physical_state LINK_UP netdev lo' rdma link show
+expect "rdma link show: urdma1 ACTIVE on urdmad0" 'link urdma1/1 state ACTIVE physical_state LINK_UP netdev urdmad0' rdma link show
+S=/sys/class/infiniband/urdma0
+expect "sysfs node_desc" '^urdma' cat $S/node_desc
+expect "sysfs port state" '^4: ACTIVE$' cat $S/ports/1/state
+expect "sysfs phys_state" '^5: LinkUp$' cat $S/ports/1/phys_state
+expect "sysfs link_layer" '^Ethernet$' cat $S/ports/1/link_layer
+gids() { for f in /sys/class/infiniband/$1/ports/1/gids/*; do i=${f##*/}; echo "$(cat $f) $(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$i 2>/dev/null)"; done; }
+expect "GID of 127.0.0.1 is RoCE v2" '^0000:0000:0000:0000:0000:ffff:7f00:0001 RoCE v2$' gids urdma0
+expect "GID of 169.254.61.1 is RoCE v2" '^0000:0000:0000:0000:0000:ffff:a9fe:3d01 RoCE v2$' gids urdma1
+expect "node GUID from the MAC" '^[0-9a-f]{4}:[0-9a-f]{4}:[0-9a-f]{4}:[0-9a-f]{4}$' cat /sys/class/infiniband/urdma1/node_guid
+expect "uverbs nodes" 'uverbs0.*uverbs1|uverbs1.*uverbs0' sh -c 'ls /dev/infiniband | tr "\n" " "'
+expect "uverbs ibdev" '^urdma[01]$' cat /sys/class/infiniband_verbs/uverbs0/ibdev
+ip link set urdmad0 down
+expect "port DOWN when the netdev is down" '^1: DOWN$' cat /sys/class/infiniband/urdma1/ports/1/state
+ip link set urdmad0 up
+expect "port ACTIVE when the netdev is up again" '^4: ACTIVE$' cat /sys/class/infiniband/urdma1/ports/1/state
+expect "second device on the same netdev refused" 'exist|File exists|rc=[1-9]' sh -c 'rdma link add urdma9 type urdma netdev lo; echo rc=$?'
+check "rdma link delete" rdma link delete urdma0
+expect "deleted device is gone" '^$' sh -c 'rdma link show | grep urdma0'
+ip link del urdmad0
+expect "device goes with its netdev" '^$' sh -c 'rdma link show | grep urdma1'
+check "re-add after delete" rdma link add urdma0 type urdma netdev lo
+check "rmmod with a device present" rmmod urdma
+expect "no device left" '^$' sh -c 'ls /sys/class/infiniband 2>/dev/null | grep urdma'
+expect "kernel log clean" '^clean$' sh -c 'dmesg | grep -E "WARNING|BUG:|Oops|Call Trace|refcount|leak" || echo clean'
+trap - EXIT
+cleanup
+[ $failures -eq 0 ]
