@@ -385,6 +385,12 @@ impl Tally {
             self.mismatch(format!("{what}: cannot read the buffer: {e}"));
             return;
         }
+        self.compare(&got, tag, start, what);
+    }
+
+    /// Compare `got` with bytes `start..` of stream `tag`.
+    fn compare(&mut self, got: &[u8], tag: u64, start: usize, what: &str) {
+        let len = got.len();
         let want = pattern_vec(tag, start, len);
         match got.iter().zip(&want).position(|(a, b)| a != b) {
             None => self.bytes += len as u64,
@@ -960,13 +966,22 @@ fn client(ctrl: TcpStream, a: &CheckArgs) -> Result<()> {
         Err(e) if !aborted => fatal.push(format!("server: {e:#}")),
         Err(_) => {}
     }
-    let k = dev.counters();
     eprintln!(
-        "urdma check: {} rounds in {:.1} s; client device: {} packets sent, {} received, \
-         {} retransmitted, {} timeouts, {} sequence NAKs received, {} RNR NAKs received, \
-         {} duplicates, {} ICRC errors, {} dropped, {} send errors",
+        "urdma check: {} rounds in {:.1} s; client device: {}",
         rounds.iter().sum::<u64>(),
         elapsed.as_secs_f64(),
+        counters_line(&dev)
+    );
+    finish(&tally, &fatal)
+}
+
+/// A device's packet counters, for the log.
+fn counters_line(dev: &Device) -> String {
+    let k = dev.counters();
+    format!(
+        "{} packets sent, {} received, {} retransmitted, {} timeouts, \
+         {} sequence NAKs received, {} RNR NAKs received, {} duplicates, \
+         {} ICRC errors, {} dropped, {} send errors",
         k.tx_packets,
         k.rx_packets,
         k.retransmits,
@@ -977,8 +992,7 @@ fn client(ctrl: TcpStream, a: &CheckArgs) -> Result<()> {
         k.icrc_errors,
         k.dropped,
         k.tx_errors
-    );
-    finish(&tally, &fatal)
+    )
 }
 
 /// The shared counter: the fetched values of every QP must be exactly
@@ -1297,7 +1311,7 @@ fn serve_one(ctrl: TcpStream, udp_port: u16) -> Result<Tally> {
         }
         Ok((dev, mr, ends))
     })();
-    let (_dev, mr, ends) = match setup {
+    let (dev, mr, ends) = match setup {
         Ok(v) => v,
         Err(e) => {
             let _ = ch.send_as(&Msg::Refused {
@@ -1371,6 +1385,7 @@ fn serve_one(ctrl: TcpStream, udp_port: u16) -> Result<Tally> {
             .collect();
         (results, finish)
     });
+    eprintln!("urdma check: server device: {}", counters_line(&dev));
     let mut tally = Tally::default();
     let mut errors = Vec::new();
     for (t, r) in results {
@@ -1500,6 +1515,21 @@ mod tests {
             }
         }
         assert_eq!(plan(1, 1024, 0, 5).add, plan(1, 1024, 0, 5).add);
+    }
+
+    #[test]
+    fn mismatches_are_counted() {
+        let mut t = Tally::default();
+        let mut v = pattern_vec(9, 3, 100);
+        t.compare(&v, 9, 3, "good");
+        assert_eq!((t.bytes, t.errors), (100, 0));
+        v[42] ^= 0x10;
+        v[77] ^= 0x01;
+        t.compare(&v, 9, 3, "bad");
+        assert_eq!((t.bytes, t.errors), (100, 1));
+        assert!(t.notes[0].contains("2 of 100 bytes differ, the first at byte 42"));
+        t.expect_u64(5, 6, "word");
+        assert_eq!(t.errors, 2);
     }
 
     #[test]

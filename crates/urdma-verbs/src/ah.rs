@@ -162,7 +162,7 @@ fn init_from_wc(
     };
     // The local GID the packet was sent to gives the source GID index.
     let dgid = Gid::from_ip(dst);
-    let index = (0..c.dev.port.gid_tbl_len as usize)
+    let index = (0..c.dev.gids.len() as usize)
         .find(|&i| c.dev.gid(i) == Some(dgid))
         .ok_or(libc::ENOENT)?;
     a.grh.sgid_index = index as u8;

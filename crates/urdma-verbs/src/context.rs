@@ -22,8 +22,9 @@ pub struct Context {
     pub dev: Arc<DevShared>,
     /// Asynchronous events of this context's objects.
     pub events: Arc<AsyncQueue>,
-    /// The device it was opened on.
-    pub device: &'static Device,
+    /// The device it was opened on, when this library made it (the
+    /// drop-in library); a provider's devices belong to libibverbs.
+    pub device: Option<&'static Device>,
 }
 
 impl Context {
@@ -44,7 +45,9 @@ impl Context {
     }
 }
 
-fn fill_ops(v: &mut verbs_context) {
+/// Fill the operation tables of a context this library owns entirely
+/// (the drop-in `libibverbs.so.1`).
+pub fn fill_ops(v: &mut verbs_context) {
     let ops = &mut v.context.ops;
     ops._compat_query_device = Some(query::query_device);
     ops._compat_query_port = Some(query::query_port_compat);
@@ -61,38 +64,117 @@ fn fill_ops(v: &mut verbs_context) {
     v.sz = std::mem::size_of::<verbs_context>();
 }
 
+/// Allocate a context on the open device `dev`, its `verbs_context`
+/// all zero. The caller initialises the C view at its final address
+/// (`(*ctx).vctx`), then [`publish`]es it; or frees it with [`free`].
+pub fn alloc(dev: Arc<DevShared>, device: Option<&'static Device>) -> VResult<*mut Context> {
+    let events = AsyncQueue::new()?;
+    Ok(Box::into_raw(Box::new(Context {
+        // SAFETY: verbs_context is plain C data (pointers, integers,
+        // function pointers as Options); all-zero is a valid value.
+        vctx: unsafe { std::mem::zeroed() },
+        dev,
+        events,
+        device,
+    })))
+}
+
+/// Initialise the Rust fields of a context in memory the caller
+/// allocated (zeroed, `size_of::<Context>()` bytes, suitably aligned), for
+/// a provider whose `verbs_context` the system library allocates and
+/// initialises. The caller then [`publish`]es it, or undoes this with
+/// [`drop_fields`].
+///
+/// # Safety
+/// `ctx` points to such memory; its fields other than `vctx` hold no
+/// value yet.
+pub unsafe fn init_fields(
+    ctx: *mut Context,
+    dev: Arc<DevShared>,
+    device: Option<&'static Device>,
+) -> VResult<()> {
+    let events = AsyncQueue::new()?;
+    // SAFETY: the caller's contract: ctx is valid for writes and these
+    // fields are uninitialised, so nothing is overwritten without a drop.
+    unsafe {
+        std::ptr::addr_of_mut!((*ctx).dev).write(dev);
+        std::ptr::addr_of_mut!((*ctx).events).write(events);
+        std::ptr::addr_of_mut!((*ctx).device).write(device);
+    }
+    Ok(())
+}
+
+/// Drop the Rust fields [`init_fields`] wrote (the memory and `vctx`
+/// stay the caller's).
+///
+/// # Safety
+/// `ctx` was initialised by [`init_fields`], is not published, and its
+/// fields are not used again.
+pub unsafe fn drop_fields(ctx: *mut Context) {
+    // SAFETY: the caller's contract: the fields hold values init_fields
+    // wrote, dropped once here.
+    unsafe {
+        std::ptr::drop_in_place(std::ptr::addr_of_mut!((*ctx).dev));
+        std::ptr::drop_in_place(std::ptr::addr_of_mut!((*ctx).events));
+    }
+}
+
+/// Make a context allocated by [`alloc`] (or initialised by
+/// [`init_fields`]) reachable from C: from now on
+/// the entry points accept its `ibv_context *`, which this returns.
+///
+/// # Safety
+/// `ctx` comes from [`alloc`] or [`init_fields`] and is not published yet.
+pub unsafe fn publish(ctx: *mut Context) -> *mut ibv_context {
+    // SAFETY: ctx is live (caller's contract); take the address of its
+    // ibv_context.
+    let p = unsafe { std::ptr::addr_of_mut!((*ctx).vctx.context) };
+    handles::register(p, Kind::Context);
+    p
+}
+
+/// Withdraw a published context: the entry points refuse its pointer
+/// from now on. Returns the context, for the caller to tear down its C
+/// view and [`free`] it.
+pub fn unpublish(context: *mut ibv_context) -> VResult<*mut Context> {
+    let c = Context::from_ptr(context)?;
+    let base = c as *const Context as *mut Context;
+    if !handles::unregister(context, Kind::Context) {
+        return Err(libc::EINVAL);
+    }
+    Ok(base)
+}
+
+/// Free a context from [`alloc`] (unpublished).
+///
+/// # Safety
+/// `ctx` comes from [`alloc`], is not published, and is not used again.
+pub unsafe fn free(ctx: *mut Context) {
+    // SAFETY: the caller's contract: the Box leaked by alloc().
+    drop(unsafe { Box::from_raw(ctx) });
+}
+
 fn open(device: *mut ibv_device) -> VResult<*mut ibv_context> {
     let d = device_ref(device)?;
     let dev = open_shared(&d.config)?;
-    let events = AsyncQueue::new()?;
-    // SAFETY: verbs_context is plain C data (pointers, integers, function
-    // pointers as Options); all-zero is a valid value.
-    let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
-    fill_ops(&mut vctx);
-    let c = &mut vctx.context;
-    c.device = device;
-    c.cmd_fd = -1;
-    c.async_fd = events.fd.raw();
-    c.num_comp_vectors = 1;
-    c.abi_compat = crate::sys::VERBS_ABI_IS_EXTENDED as *mut libc::c_void;
-    let ctx = Box::into_raw(Box::new(Context {
-        vctx,
-        dev,
-        events,
-        device: d,
-    }));
-    // SAFETY: ctx is the Box just leaked; the mutex lives inside it at a
-    // stable address and is initialised once before the context is shared.
+    let ctx = alloc(dev, Some(d))?;
+    // SAFETY: ctx is the context just allocated, not yet shared; the
+    // mutex lives inside it at a stable address and is initialised once
+    // before the context is published.
     unsafe {
-        libc::pthread_mutex_init(
-            std::ptr::addr_of_mut!((*ctx).vctx.context.mutex).cast(),
-            std::ptr::null(),
-        );
+        let ctx_ref = &mut *ctx;
+        let events_fd = ctx_ref.events.fd.raw();
+        let v = &mut ctx_ref.vctx;
+        fill_ops(v);
+        let c = &mut v.context;
+        c.device = device;
+        c.cmd_fd = -1;
+        c.async_fd = events_fd;
+        c.num_comp_vectors = 1;
+        c.abi_compat = crate::sys::VERBS_ABI_IS_EXTENDED as *mut libc::c_void;
+        libc::pthread_mutex_init(std::ptr::addr_of_mut!(c.mutex).cast(), std::ptr::null());
+        Ok(publish(ctx))
     }
-    // SAFETY: ctx is live; take the address of its ibv_context.
-    let p = unsafe { std::ptr::addr_of_mut!((*ctx).vctx.context) };
-    handles::register(p, Kind::Context);
-    Ok(p)
 }
 
 /// `ibv_open_device`
@@ -105,18 +187,14 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
 pub unsafe extern "C" fn close_device(context: *mut ibv_context) -> c_int {
     guard(libc::EIO, || {
         ret_errno((|| {
-            let c = Context::from_ptr(context)?;
-            let base = c as *const Context as *mut Context;
-            if !handles::unregister(context, Kind::Context) {
-                return Err(libc::EINVAL);
-            }
-            // SAFETY: base is the Box leaked by open(); it is no longer
-            // registered, so no entry point reaches it again.
+            let base = unpublish(context)?;
+            // SAFETY: base is the context open() allocated; it is no
+            // longer registered, so no entry point reaches it again.
             unsafe {
                 libc::pthread_mutex_destroy(
                     std::ptr::addr_of_mut!((*base).vctx.context.mutex).cast(),
                 );
-                drop(Box::from_raw(base));
+                free(base);
             }
             Ok(())
         })())

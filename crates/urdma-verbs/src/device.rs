@@ -3,6 +3,7 @@
 //! report.
 
 use crate::events::{self, Routes};
+use crate::gid::{EngineGids, GidTable};
 use crate::handles::{self, Kind};
 use crate::sys::*;
 use crate::util::{copy_cstr, guard, ret_ptr, set_errno, VResult};
@@ -67,6 +68,8 @@ pub struct DevShared {
     pub ahs: std::sync::atomic::AtomicU32,
     /// SRQs alive.
     pub srqs: std::sync::atomic::AtomicU32,
+    /// The GID table the verbs' GID indexes refer to.
+    pub gids: Box<dyn GidTable>,
 }
 
 impl Drop for DevShared {
@@ -76,9 +79,17 @@ impl Drop for DevShared {
 }
 
 impl DevShared {
-    /// The RoCE v2 GID at `index` of port 1.
+    /// The GID at `index` of port 1's table (as the verbs see it).
     pub fn gid(&self, index: usize) -> Option<urdma::Gid> {
-        self.device.gid(index)
+        self.gids.gid(u32::try_from(index).ok()?)
+    }
+
+    /// Port 1's attributes as the verbs see them (the GID table's length
+    /// is the table's).
+    pub fn port_attr(&self) -> PortAttr {
+        let mut p = self.port.clone();
+        p.gid_tbl_len = self.gids.len();
+        p
     }
 
     /// UDP port of the device (and, by convention, of its peers).
@@ -108,8 +119,18 @@ fn ifindex_of(addr: IpAddr) -> u32 {
     0
 }
 
-/// Open `config`'s device, or share the one already open in this process.
+/// Open `config`'s device, or share the one already open in this process;
+/// GID indexes are the engine's.
 pub fn open_shared(config: &DeviceConfig) -> VResult<Arc<DevShared>> {
+    open_shared_with(config, |d| Box::new(EngineGids::new(d)))
+}
+
+/// As [`open_shared`], with the GID table `gids` makes for the opened
+/// engine device (used only when the device is not open yet).
+pub fn open_shared_with(
+    config: &DeviceConfig,
+    gids: impl FnOnce(&urdma::Device) -> Box<dyn GidTable>,
+) -> VResult<Arc<DevShared>> {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     let k = key(config);
     if let Some(d) = open.get(&k).and_then(Weak::upgrade) {
@@ -118,7 +139,9 @@ pub fn open_shared(config: &DeviceConfig) -> VResult<Arc<DevShared>> {
     let device = urdma::Device::open(config.clone()).map_err(|e| e.errno())?;
     let routes = Arc::new(Routes::default());
     events::install(device.driver(), routes.clone());
+    let gids = gids(&device);
     let shared = Arc::new(DevShared {
+        gids,
         attr: device.attr().clone(),
         port: device.port_attr(),
         ifindex: ifindex_of(config.addr),

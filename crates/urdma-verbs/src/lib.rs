@@ -36,6 +36,7 @@ pub mod context;
 pub mod cq;
 pub mod device;
 pub mod events;
+pub mod gid;
 pub mod handles;
 pub mod misc;
 pub mod pd;

@@ -90,6 +90,12 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
 pub struct Mr {
     /// The C view; must stay the first field.
     pub ibv: ibv_mr,
+    /// The region's type (0: an ordinary MR) and access flags, laid out
+    /// right after `ibv` as libibverbs' provider-side `struct verbs_mr`
+    /// has them (its `ibv_dereg_mr` reads them).
+    pub mr_type: c_int,
+    /// The access flags the region was registered with.
+    pub access: c_int,
     /// The device.
     pub dev: Arc<DevShared>,
     /// The engine's region.
@@ -184,6 +190,8 @@ fn reg(
     ibv.rkey = entry.rkey;
     let m = Box::into_raw(Box::new(Mr {
         ibv,
+        mr_type: 0,
+        access: access as c_int,
         dev: p.dev.clone(),
         entry,
     })) as *mut ibv_mr;

@@ -287,10 +287,7 @@ pub unsafe extern "C" fn qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
 pub fn av_from(ah: &ibv_ah_attr, dev: &DevShared) -> VResult<AddressVector> {
     ensure(ah.is_global != 0, libc::EINVAL)?;
     ensure(ah.port_num == 1, libc::EINVAL)?;
-    ensure(
-        u32::from(ah.grh.sgid_index) < dev.port.gid_tbl_len,
-        libc::EINVAL,
-    )?;
+    let sgid_index = dev.gids.engine_index(ah.grh.sgid_index)?;
     // SAFETY: every bit pattern of the GID union is a valid byte array.
     let dgid = Gid(unsafe { ah.grh.dgid.raw });
     ensure(!dgid.is_zero(), libc::EINVAL)?;
@@ -300,7 +297,7 @@ pub fn av_from(ah: &ibv_ah_attr, dev: &DevShared) -> VResult<AddressVector> {
     )?;
     Ok(AddressVector {
         dgid,
-        sgid_index: ah.grh.sgid_index,
+        sgid_index,
         hop_limit: ah.grh.hop_limit,
         traffic_class: ah.grh.traffic_class,
         flow_label: ah.grh.flow_label,
@@ -310,13 +307,14 @@ pub fn av_from(ah: &ibv_ah_attr, dev: &DevShared) -> VResult<AddressVector> {
     })
 }
 
-/// The verbs `ah_attr` of an address vector.
-pub fn av_to(av: &AddressVector) -> ibv_ah_attr {
+/// The verbs `ah_attr` of an address vector (the source GID index in
+/// `dev`'s table).
+pub fn av_to(av: &AddressVector, dev: &DevShared) -> ibv_ah_attr {
     // SAFETY: plain C data; zero is valid.
     let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
     a.grh.dgid.raw = av.dgid.0;
     a.grh.flow_label = av.flow_label;
-    a.grh.sgid_index = av.sgid_index;
+    a.grh.sgid_index = dev.gids.table_index(av.sgid_index);
     a.grh.hop_limit = av.hop_limit;
     a.grh.traffic_class = av.traffic_class;
     a.sl = av.sl;
@@ -441,7 +439,7 @@ pub unsafe extern "C" fn query_qp(
                 max_inline_data: q.cap.max_inline_data,
             };
             o.cap = cap;
-            o.ah_attr = av_to(&s.ah_attr);
+            o.ah_attr = av_to(&s.ah_attr, &q.dev);
             o.pkey_index = s.pkey_index;
             o.en_sqd_async_notify = u8::from(s.en_sqd_async_notify);
             o.sq_draining = u8::from(s.sq_draining);

@@ -89,7 +89,7 @@ pub unsafe extern "C" fn query_port(
             let c = Context::from_ptr(context)?;
             check_port(u32::from(port_num))?;
             ensure(!port_attr_out.is_null(), libc::EINVAL)?;
-            let a = port_attr(&c.dev.port);
+            let a = port_attr(&c.dev.port_attr());
             // SAFETY: the caller's buffer holds port_attr_len bytes.
             unsafe { copy_out(&a, port_attr_out.cast(), port_attr_len) };
             Ok(())
@@ -117,7 +117,7 @@ pub unsafe extern "C" fn query_port_compat(
 
 fn gid_entry(c: &Context, port: u32, index: u32) -> VResult<ibv_gid_entry> {
     check_port(port)?;
-    ensure(index < c.dev.port.gid_tbl_len, libc::EINVAL)?;
+    ensure(index < c.dev.gids.len(), libc::EINVAL)?;
     let gid = c.dev.gid(index as usize).ok_or(libc::ENODATA)?;
     // SAFETY: plain C data; zero is valid.
     let mut e: ibv_gid_entry = unsafe { std::mem::zeroed() };
@@ -194,7 +194,7 @@ pub unsafe extern "C" fn query_gid_table(
             libc::EINVAL,
         )?;
         let mut n = 0usize;
-        for i in 0..c.dev.port.gid_tbl_len {
+        for i in 0..c.dev.gids.len() {
             let e = match gid_entry(c, PORT, i) {
                 Ok(e) => e,
                 Err(libc::ENODATA) => continue,

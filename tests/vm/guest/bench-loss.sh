@@ -5,13 +5,15 @@
 # 0%, 1% and 5% on both ends, and each figure's ratio to the loss-free one.
 # TCP on the same path is shown for comparison. Path MTU 1024 (the veth
 # MTU is 1500); BENCH_ITERS writes per run (default 64), BENCH_DEPTH
-# outstanding (default 16). The guest CPU is emulated: absolute figures are
+# outstanding (default 16), each run within BENCH_BUDGET seconds (default
+# 150). The guest CPU is emulated: absolute figures are
 # far below those of real hardware, the ratios are what matters.
 set -u
 U=${URDMA:?URDMA names the urdma binary}
 . "$(dirname "$0")/lib/netns.sh"
 ITERS=${BENCH_ITERS:-64}
 DEPTH=${BENCH_DEPTH:-16}
+BUDGET=${BENCH_BUDGET:-150}
 T=$(mktemp -d)
 trap 'netns_cleanup; rm -rf "$T"' EXIT
 
@@ -26,17 +28,34 @@ for loss in 0 1 5; do
     echo "FAIL - bench-loss: cannot set netem loss $loss%"
     exit 1
   }
-  ip netns exec $NS_S timeout 300 "$U" bench --server --once --bind $IP_S \
+  ip netns exec $NS_S "$U" bench --server --once --bind $IP_S \
     --mtu 1024 --depth "$DEPTH" > "$T/srv" 2>&1 &
   sp=$!
   t0=$EPOCHREALTIME
-  ip netns exec $NS_C timeout 300 "$U" bench $IP_S --bind $IP_C --ops write \
-    --sizes 1048576 --bw-only --mtu 1024 --depth "$DEPTH" -n "$ITERS" > "$T/cli" 2>&1
+  ip netns exec $NS_C "$U" bench $IP_S --bind $IP_C --ops write \
+    --sizes 1048576 --bw-only --mtu 1024 --depth "$DEPTH" -n "$ITERS" > "$T/cli" 2>&1 &
+  cp=$!
+  # At most BUDGET seconds; a run that takes longer is reported with both
+  # sides' counters, then killed.
+  start=$SECONDS
+  while kill -0 $cp 2>/dev/null && [ $((SECONDS - start)) -lt "$BUDGET" ]; do
+    sleep 0.2
+  done
+  if kill -0 $cp 2>/dev/null; then
+    echo "    no result after $BUDGET s; counters (urdma stat --qp):"
+    for ns in $NS_C $NS_S; do
+      ip netns exec $ns "$U" stat --qp 2>&1 | sed "s/^/    $ns: /"
+    done
+    kill -9 $cp $sp 2>/dev/null
+  fi
+  wait $cp
   rc=$?
   wait $sp
   ms=$(ms_since "$t0")
   # The row: #bytes #iterations BW[MiB/s] MsgRate[Mpps] TCP-BW[MiB/s] urdma/TCP
-  read -r _ _ bw _ tcp _ < <(grep -E '^ +1048576 ' "$T/cli")
+  row=$(grep -E '^ +1048576 ' "$T/cli")
+  bw=$(echo "$row" | awk '{ print $3 }')
+  tcp=$(echo "$row" | awk '{ print $5 }')
   if [ $rc != 0 ] || [ -z "${bw:-}" ]; then
     sed 's/^/    /' "$T/cli" "$T/srv"
     echo "FAIL - bench-loss: the benchmark at $loss% loss failed (exit status $rc)"

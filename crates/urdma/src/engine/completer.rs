@@ -8,6 +8,9 @@ use crate::mr::scatter;
 use crate::types::{QpState, WcStatus};
 use urdma_wire::{rnr_timer_micros, AckSyndrome, NakCode, OpKind, Packet};
 
+/// Shortest time between two go-backs below the same horizon (ns).
+const MIN_REWIND_GAP_NS: u64 = 100_000;
+
 /// PSN of the next packet the send pointer would transmit.
 fn send_psn(qp: &QpCtx) -> u32 {
     match qp.req.sq.get(qp.req.send_pos) {
@@ -35,11 +38,45 @@ fn rewind(qp: &mut QpCtx, to: u32) {
     qp.req.send_pkt = 0;
 }
 
+/// Go back to `una` to recover from a loss that a NAK, a gap in READ
+/// responses or an implicit NAK revealed. After such a rewind everything
+/// up to the horizon (the first PSN not yet sent then) is on its way
+/// again, and packets sent before the rewind can still cause NAKs and
+/// gaps: below the horizon, another rewind from the same `una` waits a
+/// quarter of the ACK timeout, so that stale signs of loss cannot start a
+/// storm of go-backs, while a loss further on (after progress) is repaired
+/// at once. Returns false if it did nothing.
+fn rewind_for_loss(qp: &mut QpCtx, now: u64) -> bool {
+    let una = qp.req.una;
+    if qp.req.resend_horizon.is_some_and(|h| psn::lt(una, h)) {
+        // Progress since the last go-back shows that its retransmissions
+        // are arriving; one from further on is then worth it at once.
+        let progressed = psn::lt(qp.req.last_rewind_psn, una);
+        let gap = qp
+            .ack_timeout_ns()
+            .map_or(MIN_REWIND_GAP_NS, |t| (t / 4).max(MIN_REWIND_GAP_NS));
+        if !progressed && now < qp.req.last_rewind_at.saturating_add(gap) {
+            return false;
+        }
+    }
+    qp.req.resend_horizon = Some(qp.req.high_psn);
+    qp.req.last_rewind_at = now;
+    qp.req.last_rewind_psn = una;
+    rewind(qp, una);
+    true
+}
+
 /// Note forward progress: reset retry counters and the timer.
 fn progressed(qp: &mut QpCtx, cx: &Ctx<'_>) {
     qp.req.retry_left = qp.attr.retry_cnt;
     qp.req.rnr_left = qp.attr.rnr_retry;
-    qp.req.gap_rewind = None;
+    if qp
+        .req
+        .resend_horizon
+        .is_some_and(|h| psn::le(h, qp.req.una))
+    {
+        qp.req.resend_horizon = None;
+    }
     while let Some(&last) = qp.req.rd_atomic.front() {
         if psn::lt(last, qp.req.una) {
             qp.req.rd_atomic.pop_front();
@@ -66,16 +103,13 @@ fn fail(qp: &mut QpCtx, cx: &mut Ctx<'_>, status: WcStatus, vendor_err: u32) {
 /// responses were lost.
 fn settle_before(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
     while let Some(w) = qp.req.sq.front() {
-        if qp.req.send_pos == 0 && qp.req.send_pkt == 0 {
-            break;
-        }
         let last = psn::add(w.first_psn, w.npsn - 1);
-        if !psn::lt(last, p) {
+        // Never acknowledge what was never transmitted in full.
+        if !psn::lt(last, p) || !psn::lt(last, qp.req.high_psn) {
             break;
         }
         if w.op.is_read_or_atomic() {
-            let una = qp.req.una;
-            rewind(qp, una);
+            rewind_for_loss(qp, cx.now);
             return false;
         }
         qp.req.una = psn::add(last, 1);
@@ -95,12 +129,11 @@ fn ack_through(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) {
         return;
     }
     if let Some(w) = qp.req.sq.front() {
-        let sent = !(qp.req.send_pos == 0 && qp.req.send_pkt == 0);
+        let sent = psn::lt(w.first_psn, qp.req.high_psn);
         if sent && psn::le(w.first_psn, p) {
             if w.op.is_read_or_atomic() {
                 // The responder executed it, yet its responses never came.
-                let una = qp.req.una;
-                rewind(qp, una);
+                rewind_for_loss(qp, cx.now);
                 return;
             }
             qp.req.una = next;
@@ -164,9 +197,9 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
                     fail(qp, cx, WcStatus::RetryExcErr, 0);
                     return;
                 }
-                qp.req.retry_left -= 1;
-                let una = qp.req.una;
-                rewind(qp, una);
+                if rewind_for_loss(qp, cx.now) {
+                    qp.req.retry_left -= 1;
+                }
                 return;
             }
             qp.counters.error_naks_received += 1;
@@ -199,17 +232,15 @@ fn accept_in_order(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
         if d >= 0 && (d as u32) < w.npsn {
             break;
         }
-        if d < 0 || !settle_before(qp, cx, psn::add(psn::add(w.first_psn, w.npsn - 1), 1)) {
+        let queued = qp.req.sq.len();
+        let end = psn::add(w.first_psn, w.npsn);
+        if d < 0 || !settle_before(qp, cx, end) || qp.req.sq.len() == queued {
             return false;
         }
     }
     if p != qp.req.una {
         // A response is missing: ask again once per gap.
-        if qp.req.gap_rewind != Some(qp.req.una) {
-            qp.req.gap_rewind = Some(qp.req.una);
-            let una = qp.req.una;
-            rewind(qp, una);
-        }
+        rewind_for_loss(qp, cx.now);
         return false;
     }
     true
@@ -290,8 +321,8 @@ pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
                     return;
                 }
                 qp.req.retry_left -= 1;
-                let una = qp.req.una;
-                rewind(qp, una);
+                qp.req.resend_horizon = None;
+                rewind_for_loss(qp, cx.now);
                 qp.req.timer = qp.ack_timeout_ns().map(|t| cx.now + t);
             }
         }

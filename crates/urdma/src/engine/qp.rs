@@ -48,9 +48,13 @@ pub struct ReqState {
     pub drained_reported: bool,
     /// First PSN never transmitted (to tell retransmissions apart).
     pub high_psn: u32,
-    /// `una` at the last rewind caused by a gap in READ responses, so that
-    /// one gap causes one retransmission.
-    pub gap_rewind: Option<u32>,
+    /// After a go-back caused by a sign of loss: the first PSN not yet
+    /// sent at that moment (see the completer's `rewind_for_loss`).
+    pub resend_horizon: Option<u32>,
+    /// When that go-back happened (ns).
+    pub last_rewind_at: u64,
+    /// The PSN it went back to.
+    pub last_rewind_psn: u32,
 }
 
 /// A multi-packet RDMA WRITE in progress at the responder.
@@ -201,9 +205,12 @@ impl QpCtx {
         let Some(wqe) = self.req.sq.pop_front() else {
             return;
         };
-        self.req.send_pos = self.req.send_pos.saturating_sub(1);
-        if self.req.send_pos == 0 && self.req.sq.is_empty() {
+        if self.req.send_pos == 0 {
+            // The send pointer was inside the WQE just completed: resume
+            // at the start of the next one.
             self.req.send_pkt = 0;
+        } else {
+            self.req.send_pos -= 1;
         }
         let report = wqe.signaled || self.sq_sig_all || status != WcStatus::Success;
         let mut wc = WorkCompletion::new(wqe.wr_id, status, wqe.op.wc_opcode(), self.qpn);

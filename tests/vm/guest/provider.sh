@@ -1,0 +1,111 @@
+#!/bin/bash
+# Guest test: the rdma-core provider. Loads urdma.ko ($URDMA_KO), installs
+# liburdma-rdmav34.so ($URDMA_PROVIDER) and urdma.driver into writable
+# copies of the provider directory and /etc/libibverbs.d bind-mounted over
+# the read-only ones, creates urdma0 on lo (127.0.0.1) and urdma1 on a
+# dummy netdev (169.254.62.1), and runs the system's unmodified verbs
+# programs between the two devices: ibv_devices, ibv_devinfo,
+# ibv_rc_pingpong, ib_write_bw, ib_read_lat, ib_send_bw.
+# Prints "ok - NAME" / "FAIL - NAME" per check.
+set -u
+KO=${URDMA_KO:-/share/urdma.ko}
+SO=${URDMA_PROVIDER:-/share/liburdma-rdmav34.so}
+DRIVER=/project/crates/urdma-provider/urdma.driver
+T=${PROVIDER_TIMEOUT:-120}
+failures=0
+ok() { echo "ok - provider: $*"; }
+fail() { echo "FAIL - provider: $*"; failures=$((failures + 1)); }
+expect() {
+  local name=$1 re=$2
+  shift 2
+  out=$("$@" 2>&1)
+  if echo "$out" | grep -Eq -- "$re"; then ok "$name"; else fail "$name (/$re/ not in output)"; echo "$out" | sed 's/^/    /'; fi
+}
+PROVIDERS=/usr/lib/x86_64-linux-gnu/libibverbs
+cleanup() {
+  rdma link delete urdma0 2>/dev/null
+  rdma link delete urdma1 2>/dev/null
+  ip link del urdmad1 2>/dev/null
+  umount /etc/libibverbs.d 2>/dev/null
+  umount $PROVIDERS 2>/dev/null
+  rmmod urdma 2>/dev/null
+}
+trap cleanup EXIT
+
+# The provider, installed where the system libibverbs looks for it.
+mkdir -p /tmp/prov /tmp/ibvd
+cp -a $PROVIDERS/. /tmp/prov/ && cp "$SO" /tmp/prov/liburdma-rdmav34.so &&
+  cp -a /etc/libibverbs.d/. /tmp/ibvd/ && cp "$DRIVER" /tmp/ibvd/urdma.driver &&
+  mount --bind /tmp/prov $PROVIDERS && mount --bind /tmp/ibvd /etc/libibverbs.d &&
+  ok "provider installed" || fail "provider installed"
+
+modprobe ib_core && modprobe ib_uverbs || fail "RDMA core modules load"
+insmod "$KO" || fail "urdma.ko loads"
+rdma link add urdma0 type urdma netdev lo || fail "rdma link add urdma0"
+ip link add urdmad1 type dummy && ip addr add 169.254.62.1/16 dev urdmad1 && ip link set urdmad1 up
+rdma link add urdma1 type urdma netdev urdmad1 || fail "rdma link add urdma1"
+
+# gid_index DEV HEX: the index of DEV's RoCE v2 GID ::ffff:HEX (e.g. 7f00:0001).
+gid_index() {
+  local f i
+  for f in /sys/class/infiniband/$1/ports/1/gids/*; do
+    i=${f##*/}
+    if [ "$(cat "$f")" = "0000:0000:0000:0000:0000:ffff:$2" ] &&
+      [ "$(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ]; then
+      echo "$i"
+      return 0
+    fi
+  done
+  return 1
+}
+G0=$(gid_index urdma0 7f00:0001) || fail "urdma0 has the RoCE v2 GID of 127.0.0.1"
+G1=$(gid_index urdma1 a9fe:3e01) || fail "urdma1 has the RoCE v2 GID of 169.254.62.1"
+G0=${G0:-1}
+G1=${G1:-1}
+echo "# GID indexes: urdma0 $G0, urdma1 $G1"
+
+expect "ibv_devices lists urdma0 and urdma1" 'urdma0.*urdma1|urdma1.*urdma0' sh -c 'ibv_devices | tr "\n" " "'
+expect "ibv_devinfo -v: urdma0 PORT_ACTIVE" 'state:[[:space:]]+PORT_ACTIVE' ibv_devinfo -v -d urdma0
+expect "ibv_devinfo -v: urdma0 GID of 127.0.0.1" "GID\\[ *$G0\\]:.*(::ffff:127.0.0.1|0000:0000:0000:0000:0000:ffff:7f00:0001)" ibv_devinfo -v -d urdma0
+expect "ibv_devinfo: urdma1 PORT_ACTIVE, Ethernet" 'PORT_ACTIVE' ibv_devinfo -d urdma1
+expect "ibv_devinfo: transport and link layer" 'link_layer:[[:space:]]+Ethernet' ibv_devinfo -d urdma1
+
+# pair NAME SERVER_CMD -- CLIENT_CMD: the server on urdma1, then the
+# client on urdma0; both must exit 0 within $T s.
+pair() {
+  local name=$1 srv=() cli=()
+  shift
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do srv+=("$1"); shift; done
+  shift
+  cli=("$@")
+  timeout -k 5 $T "${srv[@]}" > /tmp/srv.out 2>&1 &
+  local spid=$!
+  sleep 2
+  timeout -k 5 $T "${cli[@]}" > /tmp/cli.out 2>&1
+  local crc=$?
+  wait $spid
+  local src=$?
+  if [ $crc = 0 ] && [ $src = 0 ]; then
+    ok "$name"
+    grep -E '^ *[0-9]+ +[0-9]+|bytes in|iters in' /tmp/cli.out | tail -2 | sed 's/^/    # /'
+  else
+    fail "$name (server status $src, client status $crc)"
+    sed 's/^/    server: /' /tmp/srv.out | tail -15
+    sed 's/^/    client: /' /tmp/cli.out | tail -15
+  fi
+}
+S=169.254.62.1
+pair "ibv_rc_pingpong urdma0 -> urdma1" ibv_rc_pingpong -d urdma1 -g "$G1" -n 200 -- \
+  ibv_rc_pingpong -d urdma0 -g "$G0" -n 200 $S
+pair "ib_write_bw urdma0 -> urdma1" ib_write_bw -d urdma1 -x "$G1" -n 500 -- \
+  ib_write_bw -d urdma0 -x "$G0" -n 500 $S
+pair "ib_read_lat urdma0 -> urdma1" ib_read_lat -d urdma1 -x "$G1" -n 500 -- \
+  ib_read_lat -d urdma0 -x "$G0" -n 500 $S
+pair "ib_send_bw urdma0 -> urdma1" ib_send_bw -d urdma1 -x "$G1" -n 500 -- \
+  ib_send_bw -d urdma0 -x "$G0" -n 500 $S
+expect "a GID index that is not the device's address is refused" 'EINVAL|Invalid argument|Failed to modify|failed|rc=[1-9]' \
+  sh -c "timeout -k 5 30 ibv_rc_pingpong -d urdma1 -g 0 -n 1 >/dev/null 2>&1 & sleep 1; timeout -k 5 30 ibv_rc_pingpong -d urdma0 -g 0 -n 1 $S; echo rc=\$?; wait"
+expect "kernel log clean" '^clean$' sh -c 'dmesg | grep -E "WARNING|BUG:|Oops|Call Trace|refcount|leak" || echo clean'
+trap - EXIT
+cleanup
+[ $failures -eq 0 ]
