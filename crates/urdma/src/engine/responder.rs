@@ -169,6 +169,28 @@ fn ack_if_asked(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     }
 }
 
+/// Complete a receive WQE consumed by a SEND or an RDMA WRITE with
+/// immediate data, carrying the packet's immediate data if any.
+fn complete_recv(
+    qp: &mut QpCtx,
+    cx: &mut Ctx<'_>,
+    wqe: RecvWqe,
+    opcode: WcOpcode,
+    byte_len: usize,
+    pkt: &Packet<'_>,
+) {
+    let mut wc = WorkCompletion::new(wqe.wr_id, WcStatus::Success, opcode, qp.qpn);
+    wc.byte_len = byte_len as u32;
+    wc.src_qp = qp.attr.dest_qp_num;
+    if let Some(imm) = pkt.repr.immdt {
+        wc.imm_data = imm;
+        wc.wc_flags |= WcFlags::WITH_IMM;
+    }
+    // Release the buffers before the completion becomes visible.
+    drop(wqe);
+    qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
+}
+
 fn rc_send(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     let p = pkt.repr.bth.psn;
     let info = pkt.repr.bth.opcode.info();
@@ -205,15 +227,7 @@ fn rc_send(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     qp.resp.epsn = psn::add(p, 1);
     if matches!(info.position, Position::Last | Position::Only) {
         qp.resp.msn = psn::add(qp.resp.msn, 1);
-        let mut wc = WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn);
-        wc.byte_len = off as u32;
-        wc.src_qp = qp.attr.dest_qp_num;
-        if let Some(imm) = pkt.repr.immdt {
-            wc.imm_data = imm;
-            wc.wc_flags |= WcFlags::WITH_IMM;
-        }
-        drop(wqe);
-        qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
+        complete_recv(qp, cx, wqe, WcOpcode::Recv, off, pkt);
     } else {
         qp.resp.recv = Some((wqe, off));
     }
@@ -318,18 +332,7 @@ fn rc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     if last {
         qp.resp.msn = psn::add(qp.resp.msn, 1);
         if let Some(r) = recv {
-            let mut wc = WorkCompletion::new(
-                r.wr_id,
-                WcStatus::Success,
-                WcOpcode::RecvRdmaWithImm,
-                qp.qpn,
-            );
-            wc.byte_len = w.total as u32;
-            wc.src_qp = qp.attr.dest_qp_num;
-            wc.imm_data = pkt.repr.immdt.unwrap_or(0);
-            wc.wc_flags |= WcFlags::WITH_IMM;
-            drop(r);
-            qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
+            complete_recv(qp, cx, r, WcOpcode::RecvRdmaWithImm, w.total, pkt);
         }
     } else {
         qp.resp.write = Some(w);
@@ -605,15 +608,7 @@ fn uc_send(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
     qp.resp.epsn = psn::add(p, 1);
     let info = pkt.repr.bth.opcode.info();
     if matches!(info.position, Position::Last | Position::Only) {
-        let mut wc = WorkCompletion::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn);
-        wc.byte_len = off as u32;
-        wc.src_qp = qp.attr.dest_qp_num;
-        if let Some(imm) = pkt.repr.immdt {
-            wc.imm_data = imm;
-            wc.wc_flags |= WcFlags::WITH_IMM;
-        }
-        drop(wqe);
-        qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
+        complete_recv(qp, cx, wqe, WcOpcode::Recv, off, pkt);
     } else {
         qp.resp.recv = Some((wqe, off));
     }
@@ -679,18 +674,7 @@ fn uc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
     w.remaining -= len;
     qp.resp.epsn = psn::add(p, 1);
     if let Some(r) = recv {
-        let mut wc = WorkCompletion::new(
-            r.wr_id,
-            WcStatus::Success,
-            WcOpcode::RecvRdmaWithImm,
-            qp.qpn,
-        );
-        wc.byte_len = w.total as u32;
-        wc.src_qp = qp.attr.dest_qp_num;
-        wc.imm_data = pkt.repr.immdt.unwrap_or(0);
-        wc.wc_flags |= WcFlags::WITH_IMM;
-        drop(r);
-        qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
+        complete_recv(qp, cx, r, WcOpcode::RecvRdmaWithImm, w.total, pkt);
     } else if !last {
         qp.resp.write = Some(w);
     }
