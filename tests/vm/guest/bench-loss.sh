@@ -6,14 +6,14 @@
 # TCP on the same path is shown for comparison. Path MTU 1024 (the veth
 # MTU is 1500); BENCH_ITERS writes per run (default 64), BENCH_DEPTH
 # outstanding (default 16), each run within BENCH_BUDGET seconds (default
-# 150). The guest CPU is emulated: absolute figures are
+# 300). The guest CPU is emulated: absolute figures are
 # far below those of real hardware, the ratios are what matters.
 set -u
 U=${URDMA:?URDMA names the urdma binary}
 . "$(dirname "$0")/lib/netns.sh"
 ITERS=${BENCH_ITERS:-64}
 DEPTH=${BENCH_DEPTH:-16}
-BUDGET=${BENCH_BUDGET:-150}
+BUDGET=${BENCH_BUDGET:-300}
 T=$(mktemp -d)
 trap 'netns_cleanup; rm -rf "$T"' EXIT
 

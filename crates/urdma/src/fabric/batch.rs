@@ -52,8 +52,7 @@ impl RecvBatch {
         }
     }
 
-    /// Receive up to [`BATCH`] datagrams from `fd`, waiting (subject to the
-    /// socket's receive timeout) for the first one only.
+    /// Receive up to [`BATCH`] datagrams from `fd` without blocking.
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
         self.count = 0;
         let base = self.bufs.as_mut_ptr();
@@ -78,7 +77,7 @@ impl RecvBatch {
                 fd,
                 self.hdrs.as_mut_ptr(),
                 BATCH as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };
@@ -105,6 +104,33 @@ impl RecvBatch {
             (addr.as_socket(), data)
         })
     }
+}
+
+/// Wait until `fd` is readable or `timeout` passes (None: forever), with
+/// nanosecond resolution. Returns whether it is readable.
+pub fn wait_readable(fd: RawFd, timeout: Option<std::time::Duration>) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: pfd and the timespec live across the call; one entry.
+    let n = unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(n > 0)
 }
 
 /// Datagrams sent per `sendmmsg` call.

@@ -269,10 +269,14 @@ impl UdpDriver {
                     d => Some(Duration::from_nanos(d.saturating_sub(self.now()).max(1000))),
                 }
             };
-            if let Err(e) = self.socket.set_read_timeout(timeout) {
-                tracing::warn!(error = %e, "cannot set the socket timeout");
-            }
-            let got = batch.recv(fd);
+            // Wait with a high-resolution timeout (the socket's own receive
+            // timeout is only as fine as the scheduler tick), then take
+            // whatever arrived without blocking.
+            let got = match super::batch::wait_readable(fd, timeout) {
+                Ok(true) => batch.recv(fd),
+                Ok(false) => Err(std::io::ErrorKind::TimedOut.into()),
+                Err(e) => Err(e),
+            };
             let mut eng = self.lock();
             // Awake: posters need not wake this thread until it sleeps again.
             self.sleeping_until.store(0, Ordering::Release);
