@@ -16,7 +16,13 @@
 //! - `URDMA_SIM_TRACE=1`: with `URDMA_SIM_SEED`, print the packet trace
 //!   (needs `-- --nocapture`);
 //! - `URDMA_SIM_HANG_SECS=N`: wall-clock seconds after which a seed counts
-//!   as hung and the process ends (default [`HANG_SECS`]).
+//!   as hung and the process ends (default [`HANG_SECS`]);
+//! - `URDMA_SIM_INCLUDE_KNOWN=1`: also run the seeds of [`KNOWN_FAILING`].
+//!
+//! Every failing seed is printed with its replay command. With retry_cnt 7
+//! a run can fail legitimately when all eight attempts of one packet lose
+//! the request or its response (about once in 10^6 stalls at 10% loss per
+//! link); the trace of the replay tells (seed 59056 is such a case).
 
 use std::collections::BTreeMap;
 use std::env;
@@ -41,7 +47,7 @@ use urdma::{
 
 /// Seeds run by default: a few thousand within the time budget of the
 /// test profile.
-const DEFAULT_SEEDS: u64 = 4000;
+const DEFAULT_SEEDS: u64 = 8000;
 
 /// Seeds of [`rc_random_workloads_survive_faults`] excluded from the
 /// default run because they expose a known engine bug that is not fixed
@@ -130,6 +136,17 @@ fn for_seeds<T: Send>(
     f: impl Fn(u64, bool) -> Result<T, String> + Sync,
 ) -> Vec<T> {
     let (list, replay, skipped) = seeds(share, known);
+    run_seeds(test, &list, replay, skipped, f)
+}
+
+/// Run `f` for each seed of `list` on all cores (see [`for_seeds`]).
+fn run_seeds<T: Send>(
+    test: &str,
+    list: &[u64],
+    replay: bool,
+    skipped: usize,
+    f: impl Fn(u64, bool) -> Result<T, String> + Sync,
+) -> Vec<T> {
     let started = Instant::now();
     let next = AtomicUsize::new(0);
     let results = Mutex::new(Vec::new());
@@ -145,7 +162,6 @@ fn for_seeds<T: Send>(
         for w in 0..threads {
             let (next, results, failures, running, finished, f) =
                 (&next, &results, &failures, &running, &finished, &f);
-            let list = &list;
             s.spawn(move || {
                 loop {
                     let i = next.fetch_add(1, AtomicOrdering::Relaxed);
@@ -642,7 +658,6 @@ fn build(seed: u64, shape: Shape) -> Workload {
                 mtu_b,
                 shape,
                 &mut next_wr_id,
-                &mut shared,
             );
             for w in &f.wrs {
                 last_post = last_post.max(w.post_at);
@@ -681,7 +696,6 @@ fn plan_flow(
     mtu: usize,
     shape: Shape,
     next_wr_id: &mut u64,
-    shared: &mut [(Buf, u64)],
 ) -> Flow {
     let rdev = eps[req].dev;
     let tdev = eps[resp].dev;
@@ -874,7 +888,6 @@ fn plan_flow(
     wtarget.model = wt_model;
     slots.model[SLOT_FADD..SLOT_FADD + 8].copy_from_slice(&slot_fadd.to_ne_bytes());
     slots.model[SLOT_CAS..SLOT_CAS + 8].copy_from_slice(&slot_cas.to_ne_bytes());
-    let _ = shared;
     Flow {
         req,
         resp,
@@ -1035,7 +1048,16 @@ fn run_seed(seed: u64, trace: bool) -> Result<Outcome, String> {
             eprintln!("{ev}");
         }
     }
-    r.map_err(|e| format!("{e}\n    workload: {}", wl.desc))
+    r.map_err(|e| {
+        let note = if e.contains("RetryExcErr") {
+            "\n    note: RETRY_EXC_ERR is legitimate if every one of the retry_cnt + 1 \
+             attempts lost the request or its response (see the trace); with 10% loss \
+             per link that happens about once in 10^6 stalls (seed 59056 is such a case)"
+        } else {
+            ""
+        };
+        format!("{e}\n    workload: {}{note}", wl.desc)
+    })
 }
 
 fn run_and_check(wl: &mut Workload) -> Result<Outcome, String> {
@@ -1602,4 +1624,83 @@ fn dead_peer_fails_with_retry_exceeded() {
             *max as f64 / 1e6
         );
     }
+}
+
+/// Seeds that exposed engine bugs now fixed, outside the default range
+/// (and a few inside it), run on every test run as regression cases:
+/// (seed, what went wrong).
+const REGRESSION_SEEDS: &[(u64, &str)] = &[
+    (
+        2,
+        "endless loop in completer::accept_in_order (no progress in settle_before)",
+    ),
+    (
+        115,
+        "endless loop in completer::accept_in_order (no progress in settle_before)",
+    ),
+    (
+        32,
+        "READ re-request from mid-chunk not aligned to the original request",
+    ),
+    (
+        53,
+        "READ re-request from mid-chunk not aligned to the original request",
+    ),
+    (
+        6775,
+        "stale send_pkt after the head completed mid-resend: u32 underflow",
+    ),
+    (
+        21862,
+        "stale send_pkt after the head completed mid-resend: message sent from its middle",
+    ),
+    (5463, "stale send_pkt after the head completed mid-resend"),
+    (
+        4729,
+        "ACKs ignored during RNR back-off: RETRY_EXC_ERR from sequence NAKs",
+    ),
+    (
+        17998,
+        "ACKs ignored during RNR back-off: RETRY_EXC_ERR from sequence NAKs",
+    ),
+    (7724, "ACKs ignored during RNR back-off"),
+    (8362, "ACKs ignored during RNR back-off"),
+    (
+        191,
+        "go-back-N storm: a rewind per ACK beyond a missing READ response",
+    ),
+    (
+        1161,
+        "go-back-N storm: a rewind per ACK beyond a missing READ response",
+    ),
+    (
+        539,
+        "retries exhausted by sequence NAKs while a READ response is missing",
+    ),
+    (14371, "retries exhausted under reordering"),
+    (17166, "retries exhausted under reordering"),
+    (22870, "retries exhausted under reordering"),
+    (26495, "retries exhausted under reordering"),
+    (29998, "retries exhausted under reordering"),
+    (31021, "retries exhausted under reordering"),
+];
+
+/// The workloads of [`REGRESSION_SEEDS`], whatever `URDMA_SIM_SEEDS` says.
+#[test]
+fn rc_regression_seeds() {
+    let test = "rc_regression_seeds";
+    let trace = env::var_os("URDMA_SIM_TRACE").is_some();
+    let (list, replay) = match env_u64("URDMA_SIM_SEED") {
+        Some(s) => (vec![s], true),
+        None => (REGRESSION_SEEDS.iter().map(|r| r.0).collect(), false),
+    };
+    run_seeds(test, &list, replay, 0, |seed, replay| {
+        run_seed(seed, trace && replay).map_err(|e| {
+            let what = REGRESSION_SEEDS
+                .iter()
+                .find(|r| r.0 == seed)
+                .map_or("", |r| r.1);
+            format!("(once: {what}) {e}")
+        })
+    });
 }
