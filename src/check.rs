@@ -23,7 +23,7 @@
 //! fail.
 
 use crate::bench::proto::Channel;
-use crate::bench::{dial, urdma_wire_port};
+use crate::bench::{dial, PeerArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -38,8 +38,6 @@ use urdma::{
     QpInitAttr, QpType, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 
-/// TCP port of the control connection (one above `urdma bench`'s).
-const DEFAULT_CTRL_PORT: u16 = 18516;
 /// Largest message of the workload.
 const MAX_MSG: usize = 128 * 1024 + 5;
 /// Offsets inside a slot are below this (unaligned on purpose).
@@ -58,21 +56,9 @@ const MAX_NOTES: usize = 10;
 /// Arguments of `urdma check`.
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// Server to connect to. Without it (and without --server), a server
-    /// process on 127.0.0.2 and a client on 127.0.0.1 run on this host.
-    host: Option<IpAddr>,
-    /// Run the server side.
-    #[arg(long)]
-    server: bool,
-    /// Local address to use (server: listen address; client: source address).
-    #[arg(long)]
-    bind: Option<IpAddr>,
-    /// TCP port of the control connection.
-    #[arg(long, default_value_t = DEFAULT_CTRL_PORT)]
-    ctrl_port: u16,
-    /// UDP port of the urdma devices.
-    #[arg(long, default_value_t = urdma_wire_port())]
-    udp_port: u16,
+    /// Where the two sides run.
+    #[command(flatten)]
+    peer: PeerArgs,
     /// Run for this many seconds (each QP finishes its current round).
     #[arg(long, conflicts_with = "iterations")]
     seconds: Option<f64>,
@@ -851,7 +837,7 @@ fn client(ctrl: TcpStream, a: &CheckArgs) -> Result<()> {
     let ip = ctrl.local_addr()?.ip();
     let server_ip = ctrl.peer_addr()?.ip();
     let mut ch = Channel::new(ctrl)?;
-    let (dev, mr, ends) = open("urdma0", ip, a.udp_port, a.qps, client_len(a.qps))?;
+    let (dev, mr, ends) = open("urdma0", ip, a.peer.udp_port, a.qps, client_len(a.qps))?;
     ch.send_as(&Msg::Hello {
         seed,
         mtu: a.mtu,
@@ -1252,7 +1238,7 @@ fn server(l: TcpListener, a: &CheckArgs) -> Result<()> {
     loop {
         let (ctrl, peer) = l.accept()?;
         eprintln!("urdma check: client {peer}");
-        let r = serve_one(ctrl, a.udp_port);
+        let r = serve_one(ctrl, a.peer.udp_port);
         match &r {
             Ok(t) => eprintln!(
                 "urdma check: session with {peer}: {} operations, {} bytes verified, {} errors",
@@ -1433,18 +1419,18 @@ pub fn run(a: &CheckArgs) -> Result<()> {
     if a.timeout > 31 || a.retry_cnt > 7 {
         bail!("--timeout must be 0..=31 and --retry-cnt 0..=7");
     }
-    if a.server {
-        let ip = a.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
-        let l = TcpListener::bind((ip, a.ctrl_port))
-            .with_context(|| format!("cannot listen on {ip}:{}", a.ctrl_port))?;
+    if a.peer.server {
+        let ip = a.peer.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let l = TcpListener::bind((ip, a.peer.ctrl_port))
+            .with_context(|| format!("cannot listen on {ip}:{}", a.peer.ctrl_port))?;
         eprintln!("urdma check: server listening on {}", l.local_addr()?);
         return server(l, a);
     }
-    match a.host {
+    match a.peer.host {
         Some(host) => {
             let ctrl = dial(
-                SocketAddr::new(host, a.ctrl_port),
-                a.bind,
+                SocketAddr::new(host, a.peer.ctrl_port),
+                a.peer.bind,
                 Duration::from_secs(10),
             )?;
             client(ctrl, a)
@@ -1458,12 +1444,12 @@ fn run_local(a: &CheckArgs) -> Result<()> {
     let exe = std::env::current_exe()?;
     let mut child = Command::new(exe)
         .args(["check", "--server", "--once", "--bind", "127.0.0.2"])
-        .args(["--ctrl-port", &a.ctrl_port.to_string()])
-        .args(["--udp-port", &a.udp_port.to_string()])
+        .args(["--ctrl-port", &a.peer.ctrl_port.to_string()])
+        .args(["--udp-port", &a.peer.udp_port.to_string()])
         .spawn()
         .context("cannot start the server process")?;
     let r = dial(
-        SocketAddr::new([127, 0, 0, 2].into(), a.ctrl_port),
+        SocketAddr::new([127, 0, 0, 2].into(), a.peer.ctrl_port),
         Some([127, 0, 0, 1].into()),
         Duration::from_secs(20),
     )

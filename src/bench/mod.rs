@@ -55,24 +55,32 @@ impl Op {
     }
 }
 
+/// Where the server and the client of `urdma bench` and `urdma check` run.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct PeerArgs {
+    /// Server to connect to. Without it (and without --server), a server
+    /// process on 127.0.0.2 and a client on 127.0.0.1 run on this host.
+    pub(crate) host: Option<IpAddr>,
+    /// Run the server side.
+    #[arg(long)]
+    pub(crate) server: bool,
+    /// Local address to use (server: listen address; client: source address).
+    #[arg(long)]
+    pub(crate) bind: Option<IpAddr>,
+    /// TCP port of the control connection.
+    #[arg(long, default_value_t = DEFAULT_CTRL_PORT)]
+    pub(crate) ctrl_port: u16,
+    /// UDP port of the urdma devices.
+    #[arg(long, default_value_t = urdma_wire_port())]
+    pub(crate) udp_port: u16,
+}
+
 /// Arguments of `urdma bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Server to connect to. Without it (and without --server), a server
-    /// process on 127.0.0.2 and a client on 127.0.0.1 run on this host.
-    host: Option<IpAddr>,
-    /// Run the server side.
-    #[arg(long)]
-    server: bool,
-    /// Local address to use (server: listen address; client: source address).
-    #[arg(long)]
-    bind: Option<IpAddr>,
-    /// TCP port of the control connection.
-    #[arg(long, default_value_t = DEFAULT_CTRL_PORT)]
-    ctrl_port: u16,
-    /// UDP port of the urdma devices.
-    #[arg(long, default_value_t = urdma_wire_port())]
-    udp_port: u16,
+    /// Where the two sides run.
+    #[command(flatten)]
+    peer: PeerArgs,
     /// Operations to measure.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Op::Write, Op::Read, Op::Send])]
     ops: Vec<Op>,
@@ -115,7 +123,7 @@ fn params(a: &BenchArgs, max_size: usize) -> Result<Params> {
         bail!("--depth must be 1..=4096");
     }
     Ok(Params {
-        udp_port: a.udp_port,
+        udp_port: a.peer.udp_port,
         max_size,
         depth: a.depth,
         mtu,
@@ -171,10 +179,10 @@ pub(crate) fn dial(
 pub fn run(a: &BenchArgs) -> Result<()> {
     let sizes = sizes(a)?;
     let p = params(a, *sizes.iter().max().unwrap_or(&1))?;
-    if a.server {
-        let ip = a.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
-        let l = TcpListener::bind((ip, a.ctrl_port))
-            .with_context(|| format!("cannot listen on {ip}:{}", a.ctrl_port))?;
+    if a.peer.server {
+        let ip = a.peer.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let l = TcpListener::bind((ip, a.peer.ctrl_port))
+            .with_context(|| format!("cannot listen on {ip}:{}", a.peer.ctrl_port))?;
         eprintln!("urdma bench: server listening on {}", l.local_addr()?);
         let p = params(a, 1 << 30)?;
         return server::serve(
@@ -193,11 +201,11 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         bw: !a.lat_only,
         lat: !a.bw_only,
     };
-    match a.host {
+    match a.peer.host {
         Some(host) => {
-            let server = SocketAddr::new(host, a.ctrl_port);
-            let ctrl = dial(server, a.bind, Duration::from_secs(10))?;
-            let data = dial(server, a.bind, Duration::from_secs(10))?;
+            let server = SocketAddr::new(host, a.peer.ctrl_port);
+            let ctrl = dial(server, a.peer.bind, Duration::from_secs(10))?;
+            let data = dial(server, a.peer.bind, Duration::from_secs(10))?;
             client::run(ctrl, data, &p, &plan)
         }
         None => run_local(a, &p, &plan),
@@ -217,15 +225,15 @@ fn run_local(a: &BenchArgs, p: &Params, plan: &client::Plan) -> Result<()> {
         .args(["bench", "--server", "--once", "--bind", "127.0.0.2"])
         .args([
             "--ctrl-port",
-            &a.ctrl_port.to_string(),
+            &a.peer.ctrl_port.to_string(),
             "--udp-port",
-            &a.udp_port.to_string(),
+            &a.peer.udp_port.to_string(),
         ])
         .args(["--mtu", &a.mtu.to_string(), "--depth", &a.depth.to_string()])
         .spawn()
         .context("cannot start the server process")?;
     let r = (|| {
-        let server = SocketAddr::new(server_ip, a.ctrl_port);
+        let server = SocketAddr::new(server_ip, a.peer.ctrl_port);
         let ctrl = dial(server, Some([127, 0, 0, 1].into()), Duration::from_secs(20))?;
         let data = dial(server, Some([127, 0, 0, 1].into()), Duration::from_secs(20))?;
         client::run(ctrl, data, p, plan)
