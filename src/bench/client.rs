@@ -1,7 +1,7 @@
 //! The active side of `urdma bench`: runs each test and prints the table.
 
 use super::proto::{Channel, Msg, TestKind};
-use super::session::{reap, set_stamp, wait_stamp, Params, Session};
+use super::session::{reap, wait_stamp, Params, Session};
 use super::stats::{self, Latency};
 use super::{tcp, Op};
 use anyhow::{bail, Result};
@@ -204,16 +204,7 @@ impl Client {
                 match kind {
                     TestKind::WriteLat => {
                         let stamp = (i % 255 + 1) as u8;
-                        set_stamp(&s.mr, s.half + last, stamp)?;
-                        s.qp.post_send(
-                            SendWr::write(
-                                i as u64,
-                                std::slice::from_ref(&src),
-                                s.peer.addr,
-                                s.peer.rkey,
-                            )
-                            .unsignaled(),
-                        )?;
+                        s.write_stamped(&src, last, stamp, i as u64)?;
                         wait_stamp(&s.mr, last, stamp)?;
                         v.push(t.elapsed() / 2);
                     }

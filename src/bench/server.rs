@@ -1,7 +1,7 @@
 //! The passive side of `urdma bench`.
 
 use super::proto::{Channel, Msg, TestKind};
-use super::session::{reap, set_stamp, wait_stamp, Params, Session};
+use super::session::{reap, wait_stamp, Params, Session};
 use super::tcp;
 use anyhow::{bail, Result};
 use std::net::{TcpListener, TcpStream};
@@ -102,16 +102,7 @@ fn run_test(
             for i in 0..iters {
                 let stamp = (i % 255 + 1) as u8;
                 wait_stamp(&s.mr, last, stamp)?;
-                set_stamp(&s.mr, s.half + last, stamp)?;
-                s.qp.post_send(
-                    SendWr::write(
-                        i as u64,
-                        std::slice::from_ref(&src),
-                        s.peer.addr,
-                        s.peer.rkey,
-                    )
-                    .unsignaled(),
-                )?;
+                s.write_stamped(&src, last, stamp, i as u64)?;
             }
         }
         TestKind::TcpBw => {

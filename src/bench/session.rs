@@ -9,6 +9,7 @@ use urdma::{
     AccessFlags, ConnectOptions, Cq, Device, DeviceConfig, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType,
     WcStatus, WorkCompletion,
 };
+use urdma::{MrSlice, SendWr};
 
 /// How long any single wait may take before the run is declared stuck.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -107,6 +108,22 @@ impl Session {
             peer: buf,
             half,
         })
+    }
+}
+
+impl Session {
+    /// Stamp the last byte of `src` (at `half + last` of the buffer) and
+    /// RDMA WRITE it, unsignaled, to the start of the peer's buffer.
+    pub fn write_stamped(&self, src: &MrSlice, last: usize, stamp: u8, wr_id: u64) -> Result<()> {
+        set_stamp(&self.mr, self.half + last, stamp)?;
+        let wr = SendWr::write(
+            wr_id,
+            std::slice::from_ref(src),
+            self.peer.addr,
+            self.peer.rkey,
+        );
+        self.qp.post_send(wr.unsignaled())?;
+        Ok(())
     }
 }
 

@@ -15,5 +15,5 @@ mod wr;
 pub use cq::Cq;
 pub use device::{device_attr_for, Device, DeviceConfig};
 pub use mr::{Mr, MrSlice, Pd, RemoteBuf};
-pub use qp::{ConnectOptions, Endpoint, Qp, QpInitAttr};
+pub use qp::{connect_steps, ConnectOptions, Endpoint, Qp, QpInitAttr};
 pub use wr::{RecvWr, SendWr};

@@ -90,6 +90,66 @@ impl Default for ConnectOptions {
     }
 }
 
+/// The three modify_qp steps (RESET to INIT, INIT to RTR, RTR to RTS) that
+/// connect a QP of `qp_type` whose first PSN is `local_psn` to `remote`.
+/// The path MTU is the smaller of `opts.mtu` and `remote.mtu`.
+pub fn connect_steps(
+    qp_type: QpType,
+    remote: &Endpoint,
+    local_psn: u32,
+    opts: &ConnectOptions,
+) -> [(QpAttr, QpAttrMask); 3] {
+    let rc = qp_type == QpType::Rc;
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: opts.access,
+        port_num: 1,
+        pkey_index: 0,
+        ..QpAttr::default()
+    };
+    let init_mask =
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: opts.mtu.min(remote.mtu),
+        dest_qp_num: remote.qpn,
+        rq_psn: remote.psn,
+        ah_attr: AddressVector {
+            dgid: remote.gid,
+            udp_port: remote.port,
+            ..AddressVector::default()
+        },
+        max_dest_rd_atomic: opts.max_dest_rd_atomic,
+        min_rnr_timer: opts.min_rnr_timer,
+        ..init
+    };
+    let mut rtr_mask = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN;
+    if rc {
+        rtr_mask |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+    }
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: local_psn,
+        timeout: opts.timeout,
+        retry_cnt: opts.retry_cnt,
+        rnr_retry: opts.rnr_retry,
+        max_rd_atomic: opts.max_rd_atomic,
+        ..rtr
+    };
+    let mut rts_mask = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+    if rc {
+        rts_mask |= QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC;
+    }
+    [(init, init_mask), (rtr, rtr_mask), (rts, rts_mask)]
+}
+
 /// A queue pair. Dropping it destroys the QP (its queued work is discarded).
 pub struct Qp {
     pd: Pd,
@@ -184,54 +244,14 @@ impl Qp {
         if self.qp_type == QpType::Ud {
             return Err(Error::inval("UD QPs are not connected"));
         }
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: opts.access,
-            port_num: 1,
-            pkey_index: 0,
-            ..QpAttr::default()
+        let remote = Endpoint {
+            mtu: remote.mtu.min(self.endpoint().mtu),
+            ..remote.clone()
         };
-        self.modify(
-            &a,
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-        )?;
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = opts.mtu.min(remote.mtu).min(self.endpoint().mtu);
-        a.dest_qp_num = remote.qpn;
-        a.rq_psn = remote.psn;
-        a.ah_attr = AddressVector {
-            dgid: remote.gid,
-            udp_port: remote.port,
-            ..AddressVector::default()
-        };
-        a.max_dest_rd_atomic = opts.max_dest_rd_atomic;
-        a.min_rnr_timer = opts.min_rnr_timer;
-        let mut m = QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN;
-        if self.qp_type == QpType::Rc {
-            m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+        for (attr, mask) in connect_steps(self.qp_type, &remote, self.initial_psn, opts) {
+            self.modify(&attr, mask)?;
         }
-        self.modify(&a, m)?;
-        a.qp_state = QpState::Rts;
-        a.sq_psn = self.initial_psn;
-        a.timeout = opts.timeout;
-        a.retry_cnt = opts.retry_cnt;
-        a.rnr_retry = opts.rnr_retry;
-        a.max_rd_atomic = opts.max_rd_atomic;
-        let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
-        if self.qp_type == QpType::Rc {
-            m |= QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC;
-        }
-        self.modify(&a, m)
+        Ok(())
     }
 
     /// Post a send work request.

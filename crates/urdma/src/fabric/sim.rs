@@ -21,11 +21,11 @@
 //! assert!(!net.step()); // nothing to do yet
 //! ```
 
-use crate::api::ConnectOptions;
+use crate::api::{connect_steps, ConnectOptions, Endpoint};
 use crate::engine::{Counters, Engine};
 use crate::error::Result;
-use crate::types::{AsyncEvent, QpAttrMask, QpState, QpType};
-use crate::verbs::{AddressVector, DeviceAttr, Gid, QpAttr};
+use crate::types::{AsyncEvent, QpType};
+use crate::verbs::{DeviceAttr, Gid};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::cmp::{Ordering, Reverse};
@@ -572,56 +572,16 @@ impl SimNet {
         let remote_addr = self.addr(remote.dev);
         let now = self.now;
         let eng = &mut self.devices[local.dev].engine;
-        let mut a = QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: opts.access,
-            port_num: 1,
-            pkey_index: 0,
-            ..QpAttr::default()
+        let peer = Endpoint {
+            gid: Gid::from_ip(remote_addr.ip()),
+            port: remote_addr.port(),
+            qpn: remote.qpn,
+            psn: remote.psn,
+            mtu: opts.mtu,
         };
-        eng.modify_qp(
-            now,
-            local.qpn,
-            &a,
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-        )?;
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = opts.mtu;
-        a.dest_qp_num = remote.qpn;
-        a.rq_psn = remote.psn;
-        a.ah_attr = AddressVector {
-            dgid: Gid::from_ip(remote_addr.ip()),
-            udp_port: remote_addr.port(),
-            ..AddressVector::default()
-        };
-        a.max_dest_rd_atomic = opts.max_dest_rd_atomic;
-        a.min_rnr_timer = opts.min_rnr_timer;
-        let mut m = QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN;
-        if qp_type == QpType::Rc {
-            m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+        for (attr, mask) in connect_steps(qp_type, &peer, local.psn, opts) {
+            eng.modify_qp(now, local.qpn, &attr, mask)?;
         }
-        eng.modify_qp(now, local.qpn, &a, m)?;
-        a.qp_state = QpState::Rts;
-        a.sq_psn = local.psn;
-        a.timeout = opts.timeout;
-        a.retry_cnt = opts.retry_cnt;
-        a.rnr_retry = opts.rnr_retry;
-        a.max_rd_atomic = opts.max_rd_atomic;
-        let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
-        if qp_type == QpType::Rc {
-            m |= QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC;
-        }
-        eng.modify_qp(now, local.qpn, &a, m)?;
         self.collect(local.dev);
         Ok(())
     }
