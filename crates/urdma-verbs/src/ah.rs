@@ -81,11 +81,12 @@ pub unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
     guard(libc::EIO, || {
         ret_errno((|| {
             let a = Ah::from_ptr(ah)?;
+            // Whoever unregisters it frees it: a second destroy fails here.
+            ensure(handles::unregister(ah, Kind::Ah), libc::EINVAL)?;
             a.dev.ahs.fetch_sub(1, Ordering::AcqRel);
             if let Ok(p) = Pd::from_ptr(a.ibv.pd) {
                 p.children.fetch_sub(1, Ordering::AcqRel);
             }
-            handles::unregister(ah, Kind::Ah);
             // SAFETY: ah was a registered boxed Ah, now unregistered.
             drop(unsafe { Box::from_raw(ah as *mut Ah) });
             Ok(())

@@ -102,7 +102,8 @@ pub unsafe extern "C" fn destroy_comp_channel(channel: *mut ibv_comp_channel) ->
         ret_errno((|| {
             let ch = Channel::from_ptr(channel)?;
             ensure(ch.shared.users.load(Ordering::Acquire) == 0, libc::EBUSY)?;
-            handles::unregister(channel, Kind::Channel);
+            // Whoever unregisters it frees it: a second destroy fails here.
+            ensure(handles::unregister(channel, Kind::Channel), libc::EINVAL)?;
             // SAFETY: channel was a registered boxed Channel, now unregistered.
             drop(unsafe { Box::from_raw(channel as *mut Channel) });
             Ok(())

@@ -48,12 +48,13 @@ pub fn may_inline(op: SendOp) -> bool {
     )
 }
 
-/// The scatter/gather list of a work request.
+/// The scatter/gather list of a work request. More than `max` entries
+/// (the queue's limit) is refused before any entry is read.
 ///
 /// # Safety
 /// A non-NULL `sg` must point to `n` readable `ibv_sge`s.
-pub unsafe fn sges(sg: *const ibv_sge, n: c_int) -> VResult<Vec<SgEntry>> {
-    ensure(n >= 0, libc::EINVAL)?;
+pub unsafe fn sges(sg: *const ibv_sge, n: c_int, max: u32) -> VResult<Vec<SgEntry>> {
+    ensure(n >= 0 && n as u32 <= max, libc::EINVAL)?;
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -85,7 +86,10 @@ pub unsafe fn copy_inline(
             continue;
         }
         ensure(addr != 0, libc::EFAULT)?;
-        ensure(out.len() + len <= max_inline as usize, libc::EINVAL)?;
+        ensure(
+            len <= (max_inline as usize).saturating_sub(out.len()),
+            libc::EINVAL,
+        )?;
         // SAFETY: the caller guarantees the buffer is readable.
         out.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
     }
@@ -122,7 +126,7 @@ fn convert_send(q: &Qp, w: &ibv_send_wr) -> VResult<SendRequest> {
         (rdma.remote_addr, rdma.rkey)
     };
     // SAFETY: sg_list holds num_sge entries, as the verbs contract says.
-    let list = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let list = unsafe { sges(w.sg_list, w.num_sge, q.cap.max_send_sge) }?;
     let data = if w.send_flags & IBV_SEND_INLINE != 0 && may_inline(op) {
         let bufs = list.iter().map(|s| (s.addr, s.length as usize));
         // SAFETY: inline buffers are readable at post time (verbs contract).
@@ -159,20 +163,43 @@ unsafe fn walk<T>(
     mut post: impl FnMut(&T) -> VResult<()>,
 ) -> c_int {
     let mut cur = first;
+    // A second pointer at half speed meets `cur` only if the list loops
+    // back on itself, which would otherwise post forever.
+    let mut slow = first;
+    let mut steps = 0u64;
     while !cur.is_null() {
         // SAFETY: cur is a node of the caller's list.
         let w = unsafe { &*cur };
         if let Err(e) = post(w) {
-            if !bad.is_null() {
-                // SAFETY: bad is the caller's out-pointer.
-                unsafe { *bad = cur };
-            }
-            set_errno(e);
-            return e;
+            // SAFETY: bad is NULL or the caller's out-pointer.
+            return unsafe { refuse(cur, bad, e) };
         }
         cur = next(w);
+        steps += 1;
+        if steps.is_multiple_of(2) {
+            // SAFETY: slow trails cur on the same list, so it is a node.
+            slow = next(unsafe { &*slow });
+        }
+        if !cur.is_null() && cur == slow {
+            // SAFETY: as above.
+            return unsafe { refuse(cur, bad, libc::EINVAL) };
+        }
     }
     0
+}
+
+/// Report a work request that was not posted: point `bad` at it, set
+/// errno, return the error.
+///
+/// # Safety
+/// `bad` must be NULL or writable.
+unsafe fn refuse<T>(wr: *mut T, bad: *mut *mut T, e: c_int) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller's out-pointer.
+        unsafe { *bad = wr };
+    }
+    set_errno(e);
+    e
 }
 
 /// `ibv_context_ops::post_send`
@@ -184,14 +211,8 @@ pub unsafe extern "C" fn post_send(
     guard(libc::EIO, || {
         let q = match Qp::from_ptr(qp) {
             Ok(q) => q,
-            Err(e) => {
-                if !bad_wr.is_null() {
-                    // SAFETY: bad_wr is the caller's out-pointer.
-                    unsafe { *bad_wr = wr };
-                }
-                set_errno(e);
-                return e;
-            }
+            // SAFETY: bad_wr is NULL or the caller's out-pointer.
+            Err(e) => return unsafe { refuse(wr, bad_wr, e) },
         };
         let qpn = q.qpn;
         q.dev.device.driver().with_engine(|e, now| {
@@ -211,11 +232,11 @@ pub unsafe extern "C" fn post_send(
     })
 }
 
-fn convert_recv(w: &ibv_recv_wr) -> VResult<RecvRequest> {
+fn convert_recv(w: &ibv_recv_wr, max_sge: u32) -> VResult<RecvRequest> {
     Ok(RecvRequest {
         wr_id: w.wr_id,
         // SAFETY: sg_list holds num_sge entries, as the verbs contract says.
-        sges: unsafe { sges(w.sg_list, w.num_sge) }?,
+        sges: unsafe { sges(w.sg_list, w.num_sge, max_sge) }?,
     })
 }
 
@@ -232,16 +253,11 @@ pub unsafe extern "C" fn post_recv(
             Ok(q)
         }) {
             Ok(q) => q,
-            Err(e) => {
-                if !bad_wr.is_null() {
-                    // SAFETY: bad_wr is the caller's out-pointer.
-                    unsafe { *bad_wr = wr };
-                }
-                set_errno(e);
-                return e;
-            }
+            // SAFETY: bad_wr is NULL or the caller's out-pointer.
+            Err(e) => return unsafe { refuse(wr, bad_wr, e) },
         };
         let qpn = q.qpn;
+        let max_sge = q.cap.max_recv_sge;
         q.dev.device.driver().with_engine(|e, now| {
             // SAFETY: wr is the caller's list of receive work requests.
             unsafe {
@@ -250,7 +266,7 @@ pub unsafe extern "C" fn post_recv(
                     bad_wr,
                     |w| w.next,
                     |w| {
-                        let r = convert_recv(w)?;
+                        let r = convert_recv(w, max_sge)?;
                         e.post_recv(now, qpn, r).map_err(|e| e.errno())
                     },
                 )
@@ -268,16 +284,12 @@ pub unsafe extern "C" fn post_srq_recv(
     guard(libc::EIO, || {
         let s = match Srq::from_ptr(srq) {
             Ok(s) => s,
-            Err(e) => {
-                if !bad_wr.is_null() {
-                    // SAFETY: bad_wr is the caller's out-pointer.
-                    unsafe { *bad_wr = wr };
-                }
-                set_errno(e);
-                return e;
-            }
+            // SAFETY: bad_wr is NULL or the caller's out-pointer.
+            Err(e) => return unsafe { refuse(wr, bad_wr, e) },
         };
         let srqn = s.srqn;
+        // The engine checks the SRQ's own limit; the device's bounds the read.
+        let max_sge = s.dev.attr.max_sge;
         s.dev.device.driver().with_engine(|e, _| {
             // SAFETY: wr is the caller's list of receive work requests.
             unsafe {
@@ -286,7 +298,7 @@ pub unsafe extern "C" fn post_srq_recv(
                     bad_wr,
                     |w| w.next,
                     |w| {
-                        let r = convert_recv(w)?;
+                        let r = convert_recv(w, max_sge)?;
                         e.post_srq_recv(srqn, r).map_err(|e| e.errno())
                     },
                 )
@@ -337,10 +349,15 @@ mod tests {
     #[test]
     fn sge_lists() {
         // SAFETY: NULL with zero entries is never read.
-        assert!(unsafe { sges(std::ptr::null(), 0) }.unwrap().is_empty());
+        assert!(unsafe { sges(std::ptr::null(), 0, 4) }.unwrap().is_empty());
         // SAFETY: refused before any read.
-        assert_eq!(unsafe { sges(std::ptr::null(), 1) }, Err(libc::EINVAL));
+        assert_eq!(unsafe { sges(std::ptr::null(), 1, 4) }, Err(libc::EINVAL));
         // SAFETY: refused before any read.
-        assert_eq!(unsafe { sges(std::ptr::null(), -1) }, Err(libc::EINVAL));
+        assert_eq!(unsafe { sges(std::ptr::null(), -1, 4) }, Err(libc::EINVAL));
+        // SAFETY: more than the limit is refused before any read.
+        assert_eq!(
+            unsafe { sges(std::ptr::null(), i32::MAX, 4) },
+            Err(libc::EINVAL)
+        );
     }
 }

@@ -223,7 +223,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list
     amend(qp, |q, r, inline| {
         let n = c_int::try_from(num_sge).map_err(|_| libc::EINVAL)?;
         // SAFETY: sg_list holds num_sge entries (verbs contract).
-        let list = unsafe { crate::post::sges(sg_list, n) }?;
+        let list = unsafe { crate::post::sges(sg_list, n, q.cap.max_send_sge) }?;
         r.data = if inline {
             let bufs = list.iter().map(|s| (s.addr, s.length as usize));
             // SAFETY: inline buffers are readable now (verbs contract).
@@ -254,7 +254,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
             r.data = SendData::Inline(Vec::new());
             return Ok(());
         }
-        if buf_list.is_null() {
+        if buf_list.is_null() || num_buf > q.cap.max_send_sge as usize {
             return Err(libc::EINVAL);
         }
         // SAFETY: buf_list holds num_buf entries (verbs contract).

@@ -29,9 +29,6 @@ pub struct MrEntry {
 /// Why an MR check failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MrCheckError {
-    /// Key unknown.
-    #[error("unknown key")]
-    UnknownKey,
     /// Region belongs to another protection domain.
     #[error("protection domain mismatch")]
     WrongPd,
@@ -41,9 +38,6 @@ pub enum MrCheckError {
     /// Range outside the region.
     #[error("range outside the region")]
     OutOfBounds,
-    /// Atomic target not 8-byte aligned.
-    #[error("misaligned atomic")]
-    Misaligned,
 }
 
 impl MrEntry {

@@ -68,8 +68,6 @@ pub struct WriteCtx {
     pub remaining: usize,
     /// Total DMA length.
     pub total: usize,
-    /// Immediate data expected with the last packet.
-    pub with_imm: bool,
 }
 
 /// A READ or atomic request remembered for duplicate detection.

@@ -15,6 +15,10 @@ use urdma_wire::{
     AckSyndrome, Aeth, AtomicAckEth, Bth, NakCode, OpKind, Opcode, Packet, PacketRepr, Position,
 };
 
+/// Longest message a request may announce (2^31 bytes, as IBTA allows);
+/// it also keeps a READ's PSN span below half the 24-bit PSN space.
+const MAX_MSG_SIZE: usize = super::objects::MAX_MSG_SIZE;
+
 /// ACK credit field value meaning "no end-to-end credits in use".
 const NO_CREDITS: u8 = 31;
 /// READ/atomic requests remembered for duplicates, at least.
@@ -268,6 +272,10 @@ fn rc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         }
         let Some(reth) = pkt.repr.reth else { return };
         let total = reth.dma_len as usize;
+        if total > MAX_MSG_SIZE {
+            nak_error(qp, cx, p, NakCode::InvalidRequest);
+            return;
+        }
         let (mr, offset) = if total == 0 {
             (None, 0)
         } else {
@@ -279,20 +287,11 @@ fn rc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
                 }
             }
         };
-        let bad_len = match info.position {
-            Position::Only => len != total,
-            _ => total <= mtu,
-        };
-        if bad_len {
-            nak_error(qp, cx, p, NakCode::InvalidRequest);
-            return;
-        }
         qp.resp.write = Some(WriteCtx {
             mr,
             offset,
             remaining: total,
             total,
-            with_imm: info.has_immdt,
         });
     }
     let Some(w) = qp.resp.write.as_ref() else {
@@ -322,6 +321,9 @@ fn rc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     };
     if let Some(mr) = &w.mr {
         if mr.mem.write(w.offset, pkt.payload).is_err() {
+            if let Some(r) = recv {
+                srq::unpop_recv(qp, cx, r);
+            }
             nak_error(qp, cx, p, NakCode::RemoteAccessError);
             return;
         }
@@ -401,6 +403,10 @@ fn rc_read(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     }
     let Some(reth) = pkt.repr.reth else { return };
     let len = reth.dma_len as usize;
+    if len > MAX_MSG_SIZE {
+        nak_error(qp, cx, p, NakCode::InvalidRequest);
+        return;
+    }
     let region = if len == 0 {
         None
     } else {
@@ -513,6 +519,10 @@ fn duplicate(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
             };
             let Some(reth) = pkt.repr.reth else { return };
             let len = reth.dma_len as usize;
+            if len > MAX_MSG_SIZE {
+                drop_packet(qp, cx, "duplicate READ longer than any message");
+                return;
+            }
             let n = len.div_ceil(qp.mtu()).max(1) as u32;
             if psn::lt(rec.last_psn, psn::add(p, n - 1)) {
                 drop_packet(qp, cx, "duplicate READ larger than the original");
@@ -622,10 +632,10 @@ fn uc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
         let Some(reth) = pkt.repr.reth else { return };
         let total = reth.dma_len as usize;
         let allowed = qp.attr.qp_access_flags.contains(AccessFlags::REMOTE_WRITE);
-        let target = if total == 0 {
-            Ok(None)
-        } else if !allowed {
+        let target = if !allowed || total > MAX_MSG_SIZE {
             Err(())
+        } else if total == 0 {
+            Ok(None)
         } else {
             remote_mr(qp, cx, reth.rkey, reth.va, total, AccessFlags::REMOTE_WRITE).map(Some)
         };
@@ -642,7 +652,6 @@ fn uc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
             offset,
             remaining: total,
             total,
-            with_imm: info.has_immdt,
         });
     }
     let last = matches!(info.position, Position::Last | Position::Only);
@@ -666,6 +675,9 @@ fn uc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
     };
     if let Some(mr) = &w.mr {
         if mr.mem.write(w.offset, pkt.payload).is_err() {
+            if let Some(r) = recv {
+                srq::unpop_recv(qp, cx, r);
+            }
             uc_abandon(qp, cx, p, "UC WRITE target gone");
             return;
         }
