@@ -98,17 +98,9 @@ pub unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
 /// IPv4 header in its last 20 bytes (with a valid checksum), over IPv6
 /// the IPv6 header fills it.
 fn grh_version(g: &[u8; 40]) -> Option<u8> {
-    let ip4 = &g[20..40];
-    let v4 = ip4[0] == 0x45 && {
-        let mut sum: u32 = ip4
-            .chunks(2)
-            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        sum == 0xffff
-    };
+    let mut ip4 = [0u8; 20];
+    ip4.copy_from_slice(&g[20..40]);
+    let v4 = ip4[0] == 0x45 && urdma_wire::ipv4_header_sum(&ip4) == 0xffff;
     match g[0] >> 4 {
         6 if !v4 => Some(6),
         _ if v4 => Some(4),
@@ -227,14 +219,8 @@ mod tests {
         h[9] = 17;
         h[12..16].copy_from_slice(&[127, 0, 0, 1]);
         h[16..20].copy_from_slice(&[127, 0, 0, 2]);
-        let mut sum: u32 = h
-            .chunks(2)
-            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        let header: [u8; 20] = (&*h).try_into().unwrap();
+        h[10..12].copy_from_slice(&(!urdma_wire::ipv4_header_sum(&header)).to_be_bytes());
         assert_eq!(grh_version(&g4), Some(4));
         assert_eq!(grh_version(&[0u8; 40]), None);
     }

@@ -714,14 +714,9 @@ fn grh_bytes(
             h[9] = 17;
             h[12..16].copy_from_slice(&s.octets());
             h[16..20].copy_from_slice(&d.octets());
-            let mut sum: u32 = 0;
-            for c in h.chunks(2) {
-                sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-            }
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            let mut header = [0u8; 20];
+            header.copy_from_slice(h);
+            h[10..12].copy_from_slice(&(!urdma_wire::ipv4_header_sum(&header)).to_be_bytes());
         }
         (s, d) => {
             let s6 = crate::verbs::Gid::from_ip(s).0;
@@ -791,15 +786,8 @@ mod tests {
             100,
         );
         assert!(g[..20].iter().all(|&b| b == 0));
-        let h = &g[20..];
-        let mut sum: u32 = h
-            .chunks(2)
-            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        assert_eq!(sum, 0xffff);
+        let h: &[u8; 20] = g[20..].try_into().unwrap();
+        assert_eq!(urdma_wire::ipv4_header_sum(h), 0xffff);
         assert_eq!(&h[12..16], &[127, 0, 0, 1]);
     }
 
