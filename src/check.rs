@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use urdma::api::RemoteBuf;
+use urdma::Counter;
 use urdma::{
     AccessFlags, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, Mtu, Qp, QpCap,
     QpInitAttr, QpType, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion,
@@ -968,16 +969,16 @@ fn counters_line(dev: &Device) -> String {
         "{} packets sent, {} received, {} retransmitted, {} timeouts, \
          {} sequence NAKs received, {} RNR NAKs received, {} duplicates, \
          {} ICRC errors, {} dropped, {} send errors",
-        k.tx_packets,
-        k.rx_packets,
-        k.retransmits,
-        k.timeouts,
-        k.seq_naks_received,
-        k.rnr_naks_received,
-        k.duplicates,
-        k.icrc_errors,
-        k.dropped,
-        k.tx_errors
+        k[Counter::TxPackets],
+        k[Counter::RxPackets],
+        k[Counter::Retransmits],
+        k[Counter::Timeouts],
+        k[Counter::SeqNaksReceived],
+        k[Counter::RnrNaksReceived],
+        k[Counter::Duplicates],
+        k[Counter::IcrcErrors],
+        k[Counter::Dropped],
+        k[Counter::TxErrors]
     )
 }
 

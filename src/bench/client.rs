@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use urdma::{MrSlice, RecvWr, SendWr};
+use urdma::{Counter, MrSlice, RecvWr, SendWr};
 
 /// What the client measures.
 pub struct Plan {
@@ -102,7 +102,11 @@ pub fn run(ctrl: TcpStream, data: TcpStream, p: &Params, plan: &Plan) -> Result<
     let k = c.s.dev.counters();
     println!(
         "client device: {} packets sent, {} received, {} retransmitted, {} timeouts, {} dropped",
-        k.tx_packets, k.rx_packets, k.retransmits, k.timeouts, k.dropped
+        k[Counter::TxPackets],
+        k[Counter::RxPackets],
+        k[Counter::Retransmits],
+        k[Counter::Timeouts],
+        k[Counter::Dropped]
     );
     c.ch.send(&Msg::Bye)?;
     Ok(())

@@ -6,7 +6,7 @@ use crate::harness::{assert_wc, check, expect_ok, fill, sge, wait_wc, Fixture, A
 use crate::ops::{assert_peer_cq_empty, assert_recv, check_local_region, check_peer_region, BG};
 use crate::proto::{ConnOpts, WrSpec};
 use std::time::Duration;
-use urdma::{Mtu, SendWr, WcOpcode, WcStatus};
+use urdma::{Counter, Mtu, SendWr, WcOpcode, WcStatus};
 
 /// SEND of 3 SGEs into a receive of 2 SGEs of other sizes; WRITE from
 /// 3 SGEs; READ into 3 SGEs.
@@ -366,7 +366,7 @@ pub fn mtu(mtu: usize) {
         check_local_region(&local, lo + 4, len, seed + 1);
     }
     assert_peer_cq_empty(&mut f);
-    let pkts = f.dev.counters().tx_packets as usize;
+    let pkts = f.dev.counters()[Counter::TxPackets] as usize;
     assert!(
         pkts >= 2 * ((1 << 20) / mtu),
         "not segmented by the MTU: {pkts}"

@@ -45,6 +45,7 @@ pub use api::{
     ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, MrSlice, Pd, Qp, QpInitAttr, RecvWr,
     SendWr,
 };
+pub use engine::{Counter, Counters};
 pub use error::{Error, Result};
 pub use types::{
     AccessFlags, AsyncEvent, AsyncEventKind, Mtu, QpAttrMask, QpState, QpType, WcFlags, WcOpcode,

@@ -36,7 +36,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use urdma::cq::CqShared;
 use urdma::engine::wqe::SendOp;
-use urdma::engine::{Counters, RecvRequest, SendData, SendRequest, SgEntry};
+use urdma::engine::{Counter, Counters, RecvRequest, SendData, SendRequest, SgEntry};
 use urdma::fabric::sim::{FaultConfig, QpEnd, RunOutcome, SimNet, SimStats};
 use urdma::mem::MemRegion;
 use urdma::mr::MrEntry;
@@ -1109,16 +1109,16 @@ fn pending_summary(wl: &Workload) -> String {
             st,
             ep.scq.len(),
             ep.rcq.len(),
-            c.tx_packets,
-            c.rx_packets,
-            c.retransmits,
-            c.timeouts,
-            c.seq_naks_sent,
-            c.seq_naks_received,
-            c.rnr_naks_sent,
-            c.rnr_naks_received,
-            c.duplicates,
-            c.dropped
+            c[Counter::TxPackets],
+            c[Counter::RxPackets],
+            c[Counter::Retransmits],
+            c[Counter::Timeouts],
+            c[Counter::SeqNaksSent],
+            c[Counter::SeqNaksReceived],
+            c[Counter::RnrNaksSent],
+            c[Counter::RnrNaksReceived],
+            c[Counter::Duplicates],
+            c[Counter::Dropped]
         ));
     }
     s
@@ -1446,12 +1446,7 @@ fn dead_peer_check(wl: &mut Workload, seed: u64) -> Result<u64, String> {
     if both {
         wl.net.set_link(db, da, FaultConfig::dead());
     }
-    let timeouts_before = wl
-        .net
-        .engine(da)
-        .qp_counters(qpn)
-        .unwrap_or_default()
-        .timeouts;
+    let timeouts_before = wl.net.engine(da).qp_counters(qpn).unwrap_or_default()[Counter::Timeouts];
 
     // Every WR in posting order: (wr_id, opcode, reported on success).
     let sig_all = wl.eps[a].sig_all;
@@ -1528,13 +1523,8 @@ fn dead_peer_check(wl: &mut Workload, seed: u64) -> Result<u64, String> {
             t
         ));
     }
-    let timeouts = wl
-        .net
-        .engine(da)
-        .qp_counters(qpn)
-        .unwrap_or_default()
-        .timeouts
-        - timeouts_before;
+    let timeouts =
+        wl.net.engine(da).qp_counters(qpn).unwrap_or_default()[Counter::Timeouts] - timeouts_before;
     if timeouts != retries + 1 {
         errs.push(format!(
             "{timeouts} retransmission timeouts after the kill, expected retry_cnt + 1 = {}",

@@ -2,8 +2,9 @@
 //! the requester, the retransmission timer, and completion of send WQEs.
 
 use super::qp::QpCtx;
+use super::timer::TimerKind;
 use super::wqe::{Payload, SendOp};
-use super::{drop_packet, psn, requester, Ctx};
+use super::{drop_packet, psn, requester, Counter, Ctx};
 use crate::mr::scatter;
 use crate::types::{QpState, WcStatus};
 use urdma_wire::{rnr_timer_micros, AckSyndrome, NakCode, OpKind, Packet};
@@ -84,11 +85,12 @@ fn progressed(qp: &mut QpCtx, cx: &Ctx<'_>) {
             break;
         }
     }
-    qp.req.timer = if outstanding(qp) {
+    let deadline = if outstanding(qp) {
         qp.ack_timeout_ns().map(|t| cx.now + t)
     } else {
         None
     };
+    qp.timers.set(TimerKind::Retransmit, deadline);
 }
 
 /// Fail the head WQE and move the QP to ERR.
@@ -168,8 +170,7 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
     match syndrome {
         AckSyndrome::Ack { .. } => ack_through(qp, cx, p),
         AckSyndrome::RnrNak { timer } => {
-            qp.counters.rnr_naks_received += 1;
-            cx.counters.rnr_naks_received += 1;
+            cx.count(&mut qp.counters, Counter::RnrNaksReceived);
             if psn::lt(p, qp.req.una) {
                 return;
             }
@@ -182,8 +183,9 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
                 qp.req.rnr_left -= 1;
             }
             rewind(qp, p);
-            qp.req.rnr_until = Some(cx.now + rnr_timer_micros(timer) * 1000);
-            qp.req.timer = None;
+            let wait = rnr_timer_micros(timer) * 1000;
+            qp.timers.set(TimerKind::RnrBackoff, Some(cx.now + wait));
+            qp.timers.stop(TimerKind::Retransmit);
         }
         AckSyndrome::Nak(code) => {
             if psn::lt(p, qp.req.una) {
@@ -191,8 +193,7 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
             }
             ack_through(qp, cx, psn::prev(p));
             if code == NakCode::PsnSequenceError {
-                qp.counters.seq_naks_received += 1;
-                cx.counters.seq_naks_received += 1;
+                cx.count(&mut qp.counters, Counter::SeqNaksReceived);
                 if qp.req.retry_left == 0 {
                     fail(qp, cx, WcStatus::RetryExcErr, 0);
                     return;
@@ -202,8 +203,7 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
                 }
                 return;
             }
-            qp.counters.error_naks_received += 1;
-            cx.counters.error_naks_received += 1;
+            cx.count(&mut qp.counters, Counter::ErrorNaksReceived);
             let status = match code {
                 NakCode::RemoteAccessError => WcStatus::RemAccessErr,
                 NakCode::RemoteOperationalError => WcStatus::RemOpErr,
@@ -219,8 +219,7 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
 /// expected response PSN of the head WQE.
 fn accept_in_order(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
     if psn::lt(p, qp.req.una) {
-        qp.counters.duplicates += 1;
-        cx.counters.duplicates += 1;
+        cx.count(&mut qp.counters, Counter::Duplicates);
         return false;
     }
     // WQEs wholly before the head WQE holding p.
@@ -310,26 +309,24 @@ fn on_atomic_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
 
 /// Handle the retransmission timer, then transmit what is allowed.
 pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
-    if let Some(t) = qp.req.timer {
-        if cx.now >= t {
-            qp.req.timer = None;
-            if outstanding(qp) && matches!(qp.state(), QpState::Rts | QpState::Sqd) {
-                qp.counters.timeouts += 1;
-                cx.counters.timeouts += 1;
-                if qp.req.retry_left == 0 {
-                    fail(qp, cx, WcStatus::RetryExcErr, 0);
-                    return;
-                }
-                qp.req.retry_left -= 1;
-                qp.req.resend_horizon = None;
-                rewind_for_loss(qp, cx.now);
-                qp.req.timer = qp.ack_timeout_ns().map(|t| cx.now + t);
-            }
+    if qp.timers.take_expired(TimerKind::Retransmit, cx.now)
+        && outstanding(qp)
+        && matches!(qp.state(), QpState::Rts | QpState::Sqd)
+    {
+        cx.count(&mut qp.counters, Counter::Timeouts);
+        if qp.req.retry_left == 0 {
+            fail(qp, cx, WcStatus::RetryExcErr, 0);
+            return;
         }
+        qp.req.retry_left -= 1;
+        qp.req.resend_horizon = None;
+        rewind_for_loss(qp, cx.now);
+        let deadline = qp.ack_timeout_ns().map(|t| cx.now + t);
+        qp.timers.set(TimerKind::Retransmit, deadline);
     }
-    if qp.req.rnr_until.is_some_and(|t| cx.now >= t) {
-        qp.req.rnr_until = None;
-        qp.req.timer = qp.ack_timeout_ns().map(|t| cx.now + t);
+    if qp.timers.take_expired(TimerKind::RnrBackoff, cx.now) {
+        let deadline = qp.ack_timeout_ns().map(|t| cx.now + t);
+        qp.timers.set(TimerKind::Retransmit, deadline);
     }
     requester::pump(qp, cx);
 }

@@ -1,67 +1,191 @@
-//! Packet and error counters, per device and per QP.
+//! Packet and error counters, per device and per QP: one table indexed by
+//! [`Counter`], whose names are listed once, in [`counter_table!`].
 
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::Index;
 
-/// Counters in the spirit of `rdma statistic` on a software RoCE device.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counters {
+/// Declares [`Counter`] and its names from one list of
+/// `Variant => "name", "description"` entries.
+macro_rules! counter_table {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal),+ $(,)?) => {
+        /// One counter of a device or a QP.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Counter {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl Counter {
+            /// Every counter, in the order they are printed.
+            pub const ALL: &'static [Counter] = &[$(Counter::$variant,)+];
+
+            /// The counter's name, as `urdma stat` prints it and the
+            /// published counter files store it.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+counter_table! {
     /// Packets sent.
-    pub tx_packets: u64,
+    TxPackets => "tx_packets",
     /// Bytes sent (UDP payload).
-    pub tx_bytes: u64,
+    TxBytes => "tx_bytes",
     /// Packets received and accepted by the parser.
-    pub rx_packets: u64,
+    RxPackets => "rx_packets",
     /// Bytes received (UDP payload).
-    pub rx_bytes: u64,
+    RxBytes => "rx_bytes",
     /// Packets retransmitted.
-    pub retransmits: u64,
+    Retransmits => "retransmits",
     /// Retransmission timer expiries.
-    pub timeouts: u64,
+    Timeouts => "timeouts",
     /// PSN sequence error NAKs sent.
-    pub seq_naks_sent: u64,
+    SeqNaksSent => "seq_naks_sent",
     /// PSN sequence error NAKs received.
-    pub seq_naks_received: u64,
+    SeqNaksReceived => "seq_naks_received",
     /// RNR NAKs sent.
-    pub rnr_naks_sent: u64,
+    RnrNaksSent => "rnr_naks_sent",
     /// RNR NAKs received.
-    pub rnr_naks_received: u64,
+    RnrNaksReceived => "rnr_naks_received",
     /// Other NAKs (invalid request, access, operational) sent.
-    pub error_naks_sent: u64,
+    ErrorNaksSent => "error_naks_sent",
     /// Other NAKs received.
-    pub error_naks_received: u64,
+    ErrorNaksReceived => "error_naks_received",
     /// Duplicate requests received.
-    pub duplicates: u64,
+    Duplicates => "duplicates",
     /// Packets dropped for a bad ICRC.
-    pub icrc_errors: u64,
+    IcrcErrors => "icrc_errors",
     /// Packets dropped for a malformed header or unknown opcode.
-    pub header_errors: u64,
+    HeaderErrors => "header_errors",
+    /// Datagrams dropped for being larger than any packet (truncated on receipt).
+    Oversized => "oversized",
     /// Packets dropped for another reason (no such QP, wrong state, wrong source, out of sequence).
-    pub dropped: u64,
+    Dropped => "dropped",
     /// Packets that could not be sent (socket error).
-    pub tx_errors: u64,
+    TxErrors => "tx_errors",
+}
+
+/// Number of counters.
+pub const COUNT: usize = Counter::ALL.len();
+
+/// Counters in the spirit of `rdma statistic` on a software RoCE device:
+/// one value per [`Counter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    values: [u64; COUNT],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters { values: [0; COUNT] }
+    }
 }
 
 impl Counters {
-    /// Pairs of (name, value), for printing.
-    pub fn fields(&self) -> [(&'static str, u64); 17] {
-        [
-            ("tx_packets", self.tx_packets),
-            ("tx_bytes", self.tx_bytes),
-            ("rx_packets", self.rx_packets),
-            ("rx_bytes", self.rx_bytes),
-            ("retransmits", self.retransmits),
-            ("timeouts", self.timeouts),
-            ("seq_naks_sent", self.seq_naks_sent),
-            ("seq_naks_received", self.seq_naks_received),
-            ("rnr_naks_sent", self.rnr_naks_sent),
-            ("rnr_naks_received", self.rnr_naks_received),
-            ("error_naks_sent", self.error_naks_sent),
-            ("error_naks_received", self.error_naks_received),
-            ("duplicates", self.duplicates),
-            ("icrc_errors", self.icrc_errors),
-            ("header_errors", self.header_errors),
-            ("dropped", self.dropped),
-            ("tx_errors", self.tx_errors),
-        ]
+    /// Add `n` to counter `c`.
+    pub fn add(&mut self, c: Counter, n: u64) {
+        let v = &mut self.values[c as usize];
+        *v = v.wrapping_add(n);
+    }
+
+    /// Pairs of (name, value), in table order, for printing.
+    pub fn fields(&self) -> [(&'static str, u64); COUNT] {
+        std::array::from_fn(|i| (Counter::ALL[i].name(), self.values[i]))
+    }
+
+    /// The counter named `name`.
+    pub fn by_name(name: &str) -> Option<Counter> {
+        Counter::ALL.iter().copied().find(|c| c.name() == name)
+    }
+}
+
+impl Index<Counter> for Counters {
+    type Output = u64;
+
+    fn index(&self, c: Counter) -> &u64 {
+        &self.values[c as usize]
+    }
+}
+
+/// Stored as a map from counter name to value.
+impl Serialize for Counters {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(COUNT))?;
+        for (k, v) in self.fields() {
+            m.serialize_entry(k, &v)?;
+        }
+        m.end()
+    }
+}
+
+/// Read from a map of names to values: unknown names are ignored and
+/// missing ones are zero, so files of other versions still load.
+impl<'de> Deserialize<'de> for Counters {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct CountersVisitor;
+        impl<'de> Visitor<'de> for CountersVisitor {
+            type Value = Counters;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of counter names to values")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Counters, A::Error> {
+                let mut c = Counters::default();
+                while let Some(k) = map.next_key::<String>()? {
+                    match Counters::by_name(&k) {
+                        Some(counter) => c.values[counter as usize] = map.next_value()?,
+                        None => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(c)
+            }
+        }
+        d.deserialize_map(CountersVisitor)
+    }
+}
+
+/// Counts one event both for a QP and for its device.
+pub(crate) fn count_both(qp: &mut Counters, dev: &mut Counters, c: Counter, n: u64) {
+    qp.add(c, n);
+    dev.add(c, n);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_indexes_dense() {
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+            assert_eq!(Counters::by_name(c.name()), Some(*c));
+        }
+    }
+
+    #[test]
+    fn json_round_trip_tolerates_unknown_and_missing_names() {
+        let mut c = Counters::default();
+        c.add(Counter::Retransmits, 3);
+        c.add(Counter::TxBytes, 1 << 40);
+        let s = serde_json::to_string(&c).unwrap();
+        assert!(s.contains("\"retransmits\":3"));
+        assert_eq!(serde_json::from_str::<Counters>(&s).unwrap(), c);
+        let old: Counters = serde_json::from_str(r#"{"dropped":5,"gone":1}"#).unwrap();
+        assert_eq!(old[Counter::Dropped], 5);
+        assert_eq!(old[Counter::Retransmits], 0);
+    }
+
+    #[test]
+    fn one_increment_counts_qp_and_device() {
+        let (mut q, mut d) = (Counters::default(), Counters::default());
+        count_both(&mut q, &mut d, Counter::Duplicates, 2);
+        assert_eq!((q[Counter::Duplicates], d[Counter::Duplicates]), (2, 2));
     }
 }

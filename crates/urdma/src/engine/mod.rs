@@ -10,10 +10,11 @@ pub mod qp;
 mod requester;
 mod responder;
 pub mod srq;
+mod timer;
 mod tx;
 pub mod wqe;
 
-pub use counters::Counters;
+pub use counters::{Counter, Counters};
 pub use objects::{RecvRequest, SendData, SendRequest, SgEntry};
 
 use crate::mr::MrEntry;
@@ -59,6 +60,11 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Count one event of kind `c` for a QP (its counters `qp`) and for the device.
+    pub fn count(&mut self, qp: &mut Counters, c: Counter) {
+        counters::count_both(qp, self.counters, c, 1);
+    }
+
     /// Raise an asynchronous event.
     pub fn event(&mut self, kind: AsyncEventKind, object: u32) {
         self.events.push(AsyncEvent { kind, object });
@@ -175,8 +181,7 @@ impl Engine {
     pub fn next_deadline(&self) -> Option<u64> {
         self.qps
             .values()
-            .flat_map(|q| [q.req.timer, q.req.rnr_until])
-            .flatten()
+            .filter_map(|q| q.timers.next_deadline())
             .min()
     }
 
@@ -211,12 +216,12 @@ impl Engine {
 
     /// Count datagrams the fabric could not send.
     pub fn count_tx_errors(&mut self, n: u64) {
-        self.counters.tx_errors += n;
+        self.counters.add(Counter::TxErrors, n);
     }
 
     /// Count datagrams the fabric dropped for being larger than any packet.
     pub fn count_oversized(&mut self, n: u64) {
-        self.counters.header_errors += n;
+        self.counters.add(Counter::Oversized, n);
     }
 
     /// Process one received datagram from `src`.
@@ -229,24 +234,24 @@ impl Engine {
             Ok(p) => p,
             Err(e) => {
                 match e {
-                    WireError::BadIcrc => self.counters.icrc_errors += 1,
-                    _ => self.counters.header_errors += 1,
+                    WireError::BadIcrc => self.counters.add(Counter::IcrcErrors, 1),
+                    _ => self.counters.add(Counter::HeaderErrors, 1),
                 }
                 tracing::debug!(%src, error = %e, "dropped malformed packet");
                 return;
             }
         };
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += data.len() as u64;
+        self.counters.add(Counter::RxPackets, 1);
+        self.counters.add(Counter::RxBytes, data.len() as u64);
         let qpn = pkt.repr.bth.dest_qp;
         let (qps, mut cx) = self.split_from(now, src);
         let Some(qp) = qps.get_mut(&qpn) else {
-            cx.counters.dropped += 1;
+            cx.counters.add(Counter::Dropped, 1);
             tracing::debug!(qpn, "packet for unknown QP dropped");
             return;
         };
-        qp.counters.rx_packets += 1;
-        qp.counters.rx_bytes += data.len() as u64;
+        qp.counters.add(Counter::RxPackets, 1);
+        qp.counters.add(Counter::RxBytes, data.len() as u64);
         let info = pkt.repr.bth.opcode.info();
         let transport_ok = matches!(
             (info.transport, qp.qp_type),
@@ -274,7 +279,6 @@ impl Engine {
 
 /// Count and log a dropped packet.
 pub(crate) fn drop_packet(qp: &mut QpCtx, cx: &mut Ctx<'_>, why: &str) {
-    qp.counters.dropped += 1;
-    cx.counters.dropped += 1;
+    cx.count(&mut qp.counters, Counter::Dropped);
     tracing::trace!(qpn = qp.qpn, why, "packet dropped");
 }

@@ -2,6 +2,7 @@
 //! and the state changes that flush queues.
 
 use super::counters::Counters;
+use super::timer::Timers;
 use super::wqe::{RecvWqe, SendWqe};
 use super::Ctx;
 use crate::cq::CqShared;
@@ -40,10 +41,6 @@ pub struct ReqState {
     pub retry_left: u8,
     /// RNR retries left.
     pub rnr_left: u8,
-    /// Retransmission deadline (ns).
-    pub timer: Option<u64>,
-    /// No transmission before this time (RNR back-off, ns).
-    pub rnr_until: Option<u64>,
     /// SQ drained event already raised for the current SQD period.
     pub drained_reported: bool,
     /// First PSN never transmitted (to tell retransmissions apart).
@@ -127,6 +124,8 @@ pub struct QpCtx {
     pub srq: Option<u32>,
     /// Requester state.
     pub req: ReqState,
+    /// Retransmission and RNR back-off timers.
+    pub(crate) timers: Timers,
     /// Responder state.
     pub resp: RespState,
     /// Per-QP counters.
@@ -162,6 +161,7 @@ impl QpCtx {
             rq: VecDeque::new(),
             srq: None,
             req: ReqState::default(),
+            timers: Timers::default(),
             resp: RespState::default(),
             counters: Counters::default(),
         }
@@ -243,8 +243,7 @@ impl QpCtx {
 
     /// Complete every queued WQE with WR_FLUSH_ERR (QP in ERR).
     pub fn flush(&mut self, cx: &mut Ctx<'_>) {
-        self.req.timer = None;
-        self.req.rnr_until = None;
+        self.timers.stop_all();
         self.req.rd_atomic.clear();
         while !self.req.sq.is_empty() {
             self.complete_head(cx, WcStatus::WrFlushErr, 0);
@@ -270,6 +269,7 @@ impl QpCtx {
     /// Back to RESET: drop all queued work without completions.
     pub fn reset(&mut self) {
         self.req = ReqState::default();
+        self.timers.stop_all();
         self.resp = RespState::default();
         self.rq.clear();
         self.remote = None;

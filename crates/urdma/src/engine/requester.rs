@@ -2,9 +2,10 @@
 //! path MTU, within the send window and the READ/atomic credit.
 
 use super::qp::QpCtx;
+use super::timer::TimerKind;
 use super::tx::{self, PayloadSrc};
 use super::wqe::{Payload, SendOp};
-use super::{psn, Ctx};
+use super::{psn, Counter, Ctx};
 use crate::types::{AsyncEventKind, QpState, QpType, WcStatus};
 use urdma_wire::{AtomicEth, Bth, Deth, Opcode, PacketRepr, Reth, DEFAULT_PKEY};
 
@@ -72,11 +73,11 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         if state != QpState::Rts && state != QpState::Sqd {
             return;
         }
-        if let Some(t) = qp.req.rnr_until {
+        if let Some(t) = qp.timers.deadline(TimerKind::RnrBackoff) {
             if cx.now < t {
                 return;
             }
-            qp.req.rnr_until = None;
+            qp.timers.stop(TimerKind::RnrBackoff);
         }
         let pos = qp.req.send_pos;
         let Some(wqe) = qp.req.sq.get(pos) else { break };
@@ -106,8 +107,7 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             return;
         }
         if psn::diff(cur, qp.req.high_psn) < 0 {
-            qp.counters.retransmits += 1;
-            cx.counters.retransmits += 1;
+            cx.count(&mut qp.counters, Counter::Retransmits);
         }
         let wqe = &qp.req.sq[pos];
         if qp.req.send_pkt >= wqe.npsn {
@@ -127,8 +127,11 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
                 qp.req.high_psn = next;
             }
         }
-        if rc && qp.req.timer.is_none() {
-            qp.req.timer = qp.ack_timeout_ns().map(|t| cx.now + t);
+        if rc && !qp.timers.is_running(TimerKind::Retransmit) {
+            qp.timers.set(
+                TimerKind::Retransmit,
+                qp.ack_timeout_ns().map(|t| cx.now + t),
+            );
         }
     }
     if qp.state() == QpState::Sqd && qp.req.send_pkt == 0 {

@@ -5,7 +5,7 @@
 use super::qp::{QpCtx, RdAtomicRecord, WriteCtx};
 use super::tx::{self, PayloadSrc};
 use super::wqe::RecvWqe;
-use super::{drop_packet, psn, srq, Ctx};
+use super::{drop_packet, psn, srq, Counter, Ctx};
 use crate::mr::{scatter, MrEntry};
 use crate::types::{
     AccessFlags, AsyncEventKind, QpState, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -91,8 +91,7 @@ fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
 /// NAK a request that cannot be executed and move the QP to ERR.
 fn nak_error(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, code: NakCode) {
     tracing::debug!(qpn = qp.qpn, psn = p, ?code, "request NAKed");
-    qp.counters.error_naks_sent += 1;
-    cx.counters.error_naks_sent += 1;
+    cx.count(&mut qp.counters, Counter::ErrorNaksSent);
     send_aeth(qp, cx, p, AckSyndrome::Nak(code));
     let event = match code {
         NakCode::RemoteAccessError => AsyncEventKind::QpAccessErr,
@@ -115,8 +114,7 @@ fn rc_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     if d > 0 {
         if !qp.resp.nak_sent {
             qp.resp.nak_sent = true;
-            qp.counters.seq_naks_sent += 1;
-            cx.counters.seq_naks_sent += 1;
+            cx.count(&mut qp.counters, Counter::SeqNaksSent);
             let e = qp.resp.epsn;
             send_aeth(qp, cx, e, AckSyndrome::Nak(NakCode::PsnSequenceError));
         }
@@ -124,8 +122,7 @@ fn rc_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         return;
     }
     if d < 0 {
-        qp.counters.duplicates += 1;
-        cx.counters.duplicates += 1;
+        cx.count(&mut qp.counters, Counter::Duplicates);
         duplicate(qp, cx, pkt);
         return;
     }
@@ -152,8 +149,7 @@ fn take_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> Option<RecvWqe> {
     let w = srq::pop_recv(qp, cx);
     if w.is_none() {
         qp.resp.nak_sent = true;
-        qp.counters.rnr_naks_sent += 1;
-        cx.counters.rnr_naks_sent += 1;
+        cx.count(&mut qp.counters, Counter::RnrNaksSent);
         let timer = qp.attr.min_rnr_timer;
         send_aeth(qp, cx, p, AckSyndrome::RnrNak { timer });
     }

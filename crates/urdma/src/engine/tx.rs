@@ -1,6 +1,6 @@
 //! Building and queueing outgoing packets.
 
-use super::counters::Counters;
+use super::counters::{self, Counter, Counters};
 use super::Ctx;
 use super::Transmit;
 use crate::mr::{gather, LocalSge};
@@ -58,10 +58,8 @@ pub fn send(
         return Err(PayloadError);
     }
     let n = out.len() as u64;
-    cx.counters.tx_packets += 1;
-    cx.counters.tx_bytes += n;
-    qp_counters.tx_packets += 1;
-    qp_counters.tx_bytes += n;
+    counters::count_both(qp_counters, cx.counters, Counter::TxPackets, 1);
+    counters::count_both(qp_counters, cx.counters, Counter::TxBytes, n);
     cx.tx.push_back(Transmit { dst, data: out });
     Ok(())
 }

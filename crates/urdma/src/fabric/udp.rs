@@ -4,7 +4,7 @@
 
 use super::batch::RecvBatch;
 use super::stats;
-use crate::engine::Engine;
+use crate::engine::{Counter, Engine};
 use crate::types::AsyncEvent;
 use std::collections::VecDeque;
 use std::net::{SocketAddr, UdpSocket};
@@ -26,6 +26,10 @@ pub type EventNotifier = Box<dyn Fn() + Send + Sync>;
 pub struct UdpDriver {
     name: String,
     engine: Mutex<Engine>,
+    /// Taken before the engine lock is released and held while datagrams
+    /// drained from the engine are sent, so that batches leave in the
+    /// order the engine produced them while the engine is already free.
+    send_order: Mutex<()>,
     socket: UdpSocket,
     local: SocketAddr,
     epoch: Instant,
@@ -102,6 +106,7 @@ impl UdpDriver {
         Ok(Arc::new(UdpDriver {
             name: name.to_string(),
             engine: Mutex::new(engine),
+            send_order: Mutex::new(()),
             socket,
             local,
             epoch: Instant::now(),
@@ -131,7 +136,7 @@ impl UdpDriver {
     pub fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, u64) -> R) -> R {
         let mut eng = self.lock();
         let r = f(&mut eng, self.now());
-        self.flush(&mut eng);
+        self.flush(eng);
         r
     }
 
@@ -140,42 +145,54 @@ impl UdpDriver {
         f(&self.lock())
     }
 
-    fn flush(&self, eng: &mut Engine) {
+    /// Hand on what the engine produced: queue its events, rearm the
+    /// receive thread's timer, then release the engine and send the
+    /// datagrams (in engine order, see `send_order`).
+    fn flush(&self, mut eng: MutexGuard<'_, Engine>) {
         let out: Vec<_> = eng.drain_tx().collect();
-        if !out.is_empty() {
-            use std::os::fd::AsRawFd;
-            let items: Vec<(SocketAddr, &[u8])> =
-                out.iter().map(|t| (t.dst, t.data.as_slice())).collect();
-            let failed = super::batch::send_all(self.socket.as_raw_fd(), &items);
-            if failed > 0 {
-                tracing::debug!(failed, "datagrams not sent");
-                eng.count_tx_errors(failed as u64);
-            }
-        }
-        let evs = eng.take_events();
-        if !evs.is_empty() {
-            let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
-            for ev in evs {
-                if q.len() >= MAX_EVENTS {
-                    q.pop_front();
-                }
-                q.push_back(ev);
-            }
-            drop(q);
-            self.events_cv.notify_all();
-            let notifier = self
-                .event_notifier
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if let Some(n) = notifier.as_ref() {
-                n();
-            }
-        }
+        self.queue_events(eng.take_events());
         if let Some(d) = eng.next_deadline() {
             if d < self.sleeping_until.load(Ordering::Acquire) {
                 self.sleeping_until.store(d, Ordering::Release);
                 self.wake();
             }
+        }
+        if out.is_empty() {
+            return;
+        }
+        let sending = self.send_order.lock().unwrap_or_else(|e| e.into_inner());
+        drop(eng);
+        use std::os::fd::AsRawFd;
+        let items: Vec<(SocketAddr, &[u8])> =
+            out.iter().map(|t| (t.dst, t.data.as_slice())).collect();
+        let failed = super::batch::send_all(self.socket.as_raw_fd(), &items);
+        drop(sending);
+        if failed > 0 {
+            tracing::debug!(failed, "datagrams not sent");
+            self.lock().count_tx_errors(failed as u64);
+        }
+    }
+
+    /// Queue async events for [`UdpDriver::next_event`] and run the notifier.
+    fn queue_events(&self, evs: Vec<AsyncEvent>) {
+        if evs.is_empty() {
+            return;
+        }
+        let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        for ev in evs {
+            if q.len() >= MAX_EVENTS {
+                q.pop_front();
+            }
+            q.push_back(ev);
+        }
+        drop(q);
+        self.events_cv.notify_all();
+        let notifier = self
+            .event_notifier
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = notifier.as_ref() {
+            n();
         }
     }
 
@@ -243,20 +260,27 @@ impl UdpDriver {
         let mut published_at = 0u64;
         let mut published_packets = u64::MAX;
         while !self.shutdown.load(Ordering::Acquire) {
-            let timeout = {
+            let (timeout, snapshot) = {
                 let eng = self.lock();
                 let c = eng.counters();
-                let packets =
-                    c.tx_packets + c.rx_packets + c.dropped + c.header_errors + c.icrc_errors;
+                let packets: u64 = [
+                    Counter::TxPackets,
+                    Counter::RxPackets,
+                    Counter::Dropped,
+                    Counter::HeaderErrors,
+                    Counter::IcrcErrors,
+                    Counter::Oversized,
+                ]
+                .iter()
+                .map(|&k| c[k])
+                .sum();
                 let now = self.now();
                 let mut d = eng.next_deadline().unwrap_or(u64::MAX);
+                let mut snapshot = None;
                 if packets != published_packets {
                     let due = published_at + stats::PUBLISH_INTERVAL_NS;
                     if now >= due {
-                        let snap = stats::snapshot(&self.name, &eng);
-                        if let Err(e) = stats::publish(&snap) {
-                            tracing::debug!(error = %e, "cannot publish counters");
-                        }
+                        snapshot = Some(stats::snapshot(&self.name, &eng));
                         published_at = now;
                         published_packets = packets;
                     } else {
@@ -264,11 +288,18 @@ impl UdpDriver {
                     }
                 }
                 self.sleeping_until.store(d, Ordering::Release);
-                match d {
+                let timeout = match d {
                     u64::MAX => None,
                     d => Some(Duration::from_nanos(d.saturating_sub(self.now()).max(1000))),
-                }
+                };
+                (timeout, snapshot)
             };
+            // The counter file is written with the engine unlocked.
+            if let Some(snap) = snapshot {
+                if let Err(e) = stats::publish(&snap) {
+                    tracing::debug!(error = %e, "cannot publish counters");
+                }
+            }
             // Wait with a high-resolution timeout (the socket's own receive
             // timeout is only as fine as the scheduler tick), then take
             // whatever arrived without blocking.
@@ -305,7 +336,7 @@ impl UdpDriver {
             if eng.next_deadline().is_some_and(|d| d <= now) {
                 eng.handle_timeouts(now);
             }
-            self.flush(&mut eng);
+            self.flush(eng);
         }
         stats::unpublish(&self.name);
     }
