@@ -8,6 +8,7 @@ use libfuzzer_sys::fuzz_target;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use urdma::cq::CqShared;
+use urdma::engine::command::{AllocPd, CreateQp, ModifyQp, RegMr};
 use urdma::engine::Engine;
 use urdma::mem::MemRegion;
 use urdma::verbs::{AddressVector, DeviceAttr, Gid, QpAttr, QpCap};
@@ -22,21 +23,29 @@ fuzz_target!(|data: &[u8]| {
     let peer: SocketAddr = "127.0.0.2:4791".parse().unwrap();
     let mut buf = vec![0xAAu8; REGION + 2 * GUARD];
     let mut eng = Engine::new(local, DeviceAttr::default(), Some(1));
-    let pd = eng.alloc_pd().unwrap();
+    let pd = eng.call(0, AllocPd {}).unwrap();
     // SAFETY: buf outlives the engine, which is dropped at the end of this closure.
     let mem = unsafe { MemRegion::from_raw(buf.as_mut_ptr().add(GUARD), REGION) }.unwrap();
     let all = AccessFlags::all();
-    let mr = eng.reg_mr(pd, all, 0x10000, mem).unwrap();
+    let mr = eng.call(0, RegMr { pd, access: all, iova: 0x10000, mem }).unwrap();
     let cq = Arc::new(CqShared::new(1, 64));
-    let qpn = eng
-        .create_qp(pd, QpType::Rc, QpCap::default(), true, cq.clone(), cq.clone())
-        .unwrap();
+    let create = CreateQp {
+        pd,
+        qp_type: QpType::Rc,
+        cap: QpCap::default(),
+        sq_sig_all: true,
+        send_cq: cq.clone(),
+        recv_cq: cq.clone(),
+        srq: None,
+    };
+    let qpn = eng.call(0, create).unwrap();
     let mut a = QpAttr {
         qp_state: QpState::Init,
         qp_access_flags: all,
         ..QpAttr::default()
     };
-    eng.modify_qp(0, qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
+    let mask = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
+    eng.call(0, ModifyQp { qpn, attr: a, mask }).unwrap();
     a.qp_state = QpState::Rtr;
     a.path_mtu = Mtu::Mtu256;
     a.dest_qp_num = 0x11;
@@ -47,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
         ..AddressVector::default()
     };
     let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    eng.modify_qp(0, qpn, &a, m).unwrap();
+    eng.call(0, ModifyQp { qpn, attr: a, mask: m }).unwrap();
     let ctx = IcrcContext { src: peer, dst: local };
     // The input is a sequence of packets, each prefixed by a one-byte length
     // in 4-byte units; the QPN of each is forced to the QP's so that the

@@ -12,6 +12,7 @@ use crate::util::{ensure, guard, ret_errno, ret_ptr, set_errno, EventAcks, VResu
 use std::cell::RefCell;
 use std::os::raw::{c_int, c_uint, c_void};
 use std::sync::{Arc, Mutex};
+use urdma::engine::command::CqInUse;
 use urdma::{WcFlags, WorkCompletion};
 
 /// A completion queue; the C view is an `ibv_cq_ex`, whose head is an
@@ -223,7 +224,7 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
         ret_errno((|| {
             let q = Cq::from_ptr(cq)?;
             let cqn = q.cqn();
-            let busy = q.dev.device.driver().inspect(|e| e.cq_in_use(cqn));
+            let busy = q.dev.device.driver().call(CqInUse { cqn }).unwrap_or(true);
             ensure(!busy, libc::EBUSY)?;
             q.comp_acks.wait_all_acked();
             q.async_acks.wait_all_acked();

@@ -10,6 +10,7 @@ use crate::util::{ensure, guard, ret_errno, ret_ptr, VResult};
 use std::os::raw::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use urdma::engine::command::{AllocPd, DeallocPd, DeregMr, RegMr};
 use urdma::mem::MemRegion;
 use urdma::mr::MrEntry;
 use urdma::AccessFlags;
@@ -44,7 +45,7 @@ fn alloc(context: *mut ibv_context) -> VResult<*mut ibv_pd> {
         .dev
         .device
         .driver()
-        .with_engine(|e, _| e.alloc_pd())
+        .call(AllocPd {})
         .map_err(|e| e.errno())?;
     // SAFETY: plain C data; zero is valid.
     let mut ibv: ibv_pd = unsafe { std::mem::zeroed() };
@@ -75,7 +76,7 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
             p.dev
                 .device
                 .driver()
-                .with_engine(|e, _| e.dealloc_pd(pdn))
+                .call(DeallocPd { pd: pdn })
                 .map_err(|e| e.errno())?;
             handles::unregister(pd, Kind::Pd);
             // SAFETY: pd was a registered boxed Pd, now unregistered.
@@ -177,7 +178,12 @@ fn reg(
         .dev
         .device
         .driver()
-        .with_engine(|e, _| e.reg_mr(pdn, flags, iova, mem))
+        .call(RegMr {
+            pd: pdn,
+            access: flags,
+            iova,
+            mem,
+        })
         .map_err(|e| e.errno())?;
     // SAFETY: plain C data; zero is valid.
     let mut ibv: ibv_mr = unsafe { std::mem::zeroed() };
@@ -248,7 +254,7 @@ pub unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
                 .dev
                 .device
                 .driver()
-                .with_engine(|e, _| e.dereg_mr(key))
+                .call(DeregMr { key })
                 .map_err(|e| e.errno())?;
             entry.mem.invalidate();
             handles::unregister(mr, Kind::Mr);

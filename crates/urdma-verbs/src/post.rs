@@ -8,8 +8,9 @@ use crate::sys::*;
 use crate::util::{ensure, guard, set_errno, VResult};
 use std::os::raw::{c_int, c_uint};
 use std::sync::atomic::Ordering;
-use urdma::engine::wqe::{SendOp, UdDest};
+use urdma::engine::command::{PostRecv, PostSend, PostSrqRecv};
 use urdma::engine::{RecvRequest, SendData, SendRequest, SgEntry};
+use urdma::engine::{SendOp, UdDest};
 use urdma::QpType;
 
 /// Send flags accepted. The engine has no fence: IBV_SEND_FENCE is
@@ -224,7 +225,7 @@ pub unsafe extern "C" fn post_send(
                     |w| w.next,
                     |w| {
                         let r = convert_send(q, w)?;
-                        e.post_send(now, qpn, r).map_err(|e| e.errno())
+                        e.call(now, PostSend { qpn, wr: r }).map_err(|e| e.errno())
                     },
                 )
             }
@@ -267,7 +268,7 @@ pub unsafe extern "C" fn post_recv(
                     |w| w.next,
                     |w| {
                         let r = convert_recv(w, max_sge)?;
-                        e.post_recv(now, qpn, r).map_err(|e| e.errno())
+                        e.call(now, PostRecv { qpn, wr: r }).map_err(|e| e.errno())
                     },
                 )
             }
@@ -290,7 +291,7 @@ pub unsafe extern "C" fn post_srq_recv(
         let srqn = s.srqn;
         // The engine checks the SRQ's own limit; the device's bounds the read.
         let max_sge = s.dev.attr.max_sge;
-        s.dev.device.driver().with_engine(|e, _| {
+        s.dev.device.driver().with_engine(|e, now| {
             // SAFETY: wr is the caller's list of receive work requests.
             unsafe {
                 walk(
@@ -299,7 +300,8 @@ pub unsafe extern "C" fn post_srq_recv(
                     |w| w.next,
                     |w| {
                         let r = convert_recv(w, max_sge)?;
-                        e.post_srq_recv(srqn, r).map_err(|e| e.errno())
+                        e.call(now, PostSrqRecv { srqn, wr: r })
+                            .map_err(|e| e.errno())
                     },
                 )
             }

@@ -14,6 +14,7 @@ use crate::util::{ensure, guard, ret_errno, ret_ptr, EventAcks, VResult};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use urdma::engine::command::{CreateQp, DestroyQp, ModifyQp};
 use urdma::{AccessFlags, AddressVector, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 
 /// A queue pair; the C view is an `ibv_qp_ex`, whose head is the `ibv_qp`.
@@ -127,9 +128,14 @@ fn create(n: NewQp) -> VResult<(*mut ibv_qp, ibv_qp_cap)> {
         .dev
         .device
         .driver()
-        .with_engine(|e, _| match srq {
-            Some(q) => e.create_qp_with_srq(pdn, t, cap, sig, s, r, q.srqn),
-            None => e.create_qp(pdn, t, cap, sig, s, r),
+        .call(CreateQp {
+            pd: pdn,
+            qp_type: t,
+            cap,
+            sq_sig_all: sig,
+            send_cq: s,
+            recv_cq: r,
+            srq: srq.map(|q| q.srqn),
         })
         .map_err(|e| e.errno())?;
     // SAFETY: plain C data (pointers, integers, Option<fn>); zero is valid.
@@ -387,7 +393,11 @@ pub unsafe extern "C" fn modify_qp(
             q.dev
                 .device
                 .driver()
-                .with_engine(|e, now| e.modify_qp(now, qpn, &o, m))
+                .call(ModifyQp {
+                    qpn,
+                    attr: o,
+                    mask: m,
+                })
                 .map_err(|e| e.errno())?;
             if m.contains(QpAttrMask::QKEY) {
                 q.qkey.store(a.qkey, Ordering::Release);
@@ -483,7 +493,7 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
             q.dev
                 .device
                 .driver()
-                .with_engine(|e, _| e.destroy_qp(qpn))
+                .call(DestroyQp { qpn })
                 .map_err(|e| e.errno())?;
             q.dev.routes.remove(Target::Qp, qpn);
             if !handles::unregister(qp, Kind::Qp) {

@@ -8,7 +8,8 @@ use crate::qp::Qp;
 use crate::sys::*;
 use crate::util::{guard, VResult};
 use std::os::raw::{c_int, c_void};
-use urdma::engine::wqe::SendOp;
+use urdma::engine::command::PostSend;
+use urdma::engine::SendOp;
 use urdma::engine::{SendData, SendRequest, SgEntry};
 
 /// Requests built since `ibv_wr_start`.
@@ -138,7 +139,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
         let qpn = q.qpn;
         q.dev.device.driver().with_engine(|e, now| {
             for r in list {
-                if let Err(err) = e.post_send(now, qpn, r) {
+                if let Err(err) = e.call(now, PostSend { qpn, wr: r }) {
                     return err.errno();
                 }
             }

@@ -10,7 +10,8 @@ use crate::util::{ensure, guard, ret_errno, ret_ptr, EventAcks, VResult};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use urdma::engine::srq::SrqAttr;
+use urdma::engine::command::{CreateSrq, DestroySrq, ModifySrq, QuerySrq};
+use urdma::engine::SrqAttr;
 
 /// A shared receive queue.
 #[repr(C)]
@@ -70,9 +71,9 @@ fn create(
             srq_limit: 0,
         },
     );
-    let made = dev.device.driver().with_engine(|e, _| {
-        let n = e.create_srq(pdn, a)?;
-        e.query_srq(n).map(|q| (n, q))
+    let made = dev.device.driver().with_engine(|e, now| {
+        let n = e.call(now, CreateSrq { pd: pdn, attr: a })?;
+        e.call(now, QuerySrq { srqn: n }).map(|q| (n, q))
     });
     let (srqn, got) = match made {
         Ok(v) => v,
@@ -170,7 +171,11 @@ pub unsafe extern "C" fn modify_srq(
             s.dev
                 .device
                 .driver()
-                .with_engine(|e, _| e.modify_srq(srqn, max_wr, limit))
+                .call(ModifySrq {
+                    srqn,
+                    max_wr,
+                    limit,
+                })
                 .map_err(|e| e.errno())
         })())
     })
@@ -187,7 +192,7 @@ pub unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -
                 .dev
                 .device
                 .driver()
-                .inspect(|e| e.query_srq(srqn))
+                .call(QuerySrq { srqn })
                 .map_err(|e| e.errno())?;
             // SAFETY: non-NULL pointer to the caller's attributes.
             unsafe {
@@ -211,7 +216,7 @@ pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
             s.dev
                 .device
                 .driver()
-                .with_engine(|e, _| e.destroy_srq(srqn))
+                .call(DestroySrq { srqn })
                 .map_err(|e| e.errno())?;
             s.acks.wait_all_acked();
             s.dev.routes.remove(Target::Srq, srqn);

@@ -35,7 +35,8 @@ use std::time::Instant;
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use urdma::cq::CqShared;
-use urdma::engine::wqe::SendOp;
+use urdma::engine::command::{AllocPd, CreateQp, PostRecv, PostSend, RegMr};
+use urdma::engine::SendOp;
 use urdma::engine::{Counter, Counters, RecvRequest, SendData, SendRequest, SgEntry};
 use urdma::fabric::sim::{FaultConfig, QpEnd, RunOutcome, SimNet, SimStats};
 use urdma::mem::MemRegion;
@@ -260,7 +261,15 @@ impl Buf {
         }
         let mr = net
             .engine_mut(dev)
-            .reg_mr(pd, ALL_ACCESS, iova, mem)
+            .call(
+                0,
+                RegMr {
+                    pd,
+                    access: ALL_ACCESS,
+                    iova,
+                    mem,
+                },
+            )
             .expect("reg_mr");
         Buf { mr, model }
     }
@@ -548,8 +557,8 @@ fn build(seed: u64, shape: Shape) -> Workload {
         rng.gen_range(1..=4)
     };
     let pds = [
-        net.engine_mut(0).alloc_pd().expect("pd"),
-        net.engine_mut(1).alloc_pd().expect("pd"),
+        net.engine_mut(0).call(0, AllocPd {}).expect("pd"),
+        net.engine_mut(1).call(0, AllocPd {}).expect("pd"),
     ];
     let mut shared = Vec::new();
     for (dev, &pd) in pds.iter().enumerate() {
@@ -590,7 +599,18 @@ fn build(seed: u64, shape: Shape) -> Workload {
             };
             let qpn = net
                 .engine_mut(dev)
-                .create_qp(pd, QpType::Rc, cap, sig_all, scq.clone(), rcq.clone())
+                .call(
+                    0,
+                    CreateQp {
+                        pd,
+                        qp_type: QpType::Rc,
+                        cap,
+                        sq_sig_all: sig_all,
+                        send_cq: scq.clone(),
+                        recv_cq: rcq.clone(),
+                        srq: None,
+                    },
+                )
                 .expect("create_qp");
             let psn = if rng.gen_bool(0.2) {
                 0xFF_FFFF - rng.gen_range(0..64)
@@ -980,7 +1000,7 @@ fn post_all(wl: &mut Workload) -> Result<(), String> {
                 };
                 let (dev, qpn) = (ep.dev, ep.qpn);
                 wl.net
-                    .with_engine(dev, |e, now| e.post_recv(now, qpn, req))
+                    .with_engine(dev, |e, now| e.call(now, PostRecv { qpn, wr: req }))
                     .map_err(|e| format!("post_recv {}: {e}", r.wr_id))?;
             }
             Action::Send(fi, i) => {
@@ -991,7 +1011,7 @@ fn post_all(wl: &mut Workload) -> Result<(), String> {
                 let req = send_request(f, w, &wl.shared, resp_dev);
                 let (dev, qpn) = (ep.dev, ep.qpn);
                 wl.net
-                    .with_engine(dev, |e, now| e.post_send(now, qpn, req))
+                    .with_engine(dev, |e, now| e.call(now, PostSend { qpn, wr: req }))
                     .map_err(|e| format!("post_send {}: {e}", w.wr_id))?;
             }
         }
@@ -1477,7 +1497,7 @@ fn dead_peer_check(wl: &mut Workload, seed: u64) -> Result<u64, String> {
             ud: None,
         };
         wl.net
-            .with_engine(da, |e, now| e.post_send(now, qpn, req))
+            .with_engine(da, |e, now| e.call(now, PostSend { qpn, wr: req }))
             .map_err(|e| format!("post_send after the kill: {e}"))?;
         all.push((1_000_000 + k, WcOpcode::RdmaWrite, sig_all || signaled));
     }
@@ -1573,7 +1593,7 @@ fn dead_peer_check(wl: &mut Workload, seed: u64) -> Result<u64, String> {
         ud: None,
     };
     wl.net
-        .with_engine(da, |e, now| e.post_send(now, qpn, req))
+        .with_engine(da, |e, now| e.call(now, PostSend { qpn, wr: req }))
         .map_err(|e| format!("post_send in ERR: {e}"))?;
     let late = poll_all(&wl.eps[a].scq)?;
     if late.len() != 1 || late[0].wr_id != 2_000_000 || late[0].status != WcStatus::WrFlushErr {

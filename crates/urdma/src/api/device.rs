@@ -2,6 +2,7 @@
 
 use super::cq::Cq;
 use super::mr::Pd;
+use crate::engine::command::AllocPd;
 use crate::engine::{Counters, Engine};
 use crate::error::Result;
 use crate::fabric::udp::UdpDriver;
@@ -143,7 +144,7 @@ impl Device {
 
     /// Allocate a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        let pdn = self.inner.driver.with_engine(|e, _| e.alloc_pd())?;
+        let pdn = self.inner.driver.call(AllocPd {})?;
         Ok(Pd::new(self.clone(), pdn))
     }
 

@@ -1,6 +1,7 @@
 //! Protection domains and memory regions.
 
 use super::device::Device;
+use crate::engine::command::{DeallocPd, DeregMr, RegMr};
 use crate::engine::SgEntry;
 use crate::error::{Error, Result};
 use crate::mem::MemRegion;
@@ -17,7 +18,7 @@ struct PdInner {
 impl Drop for PdInner {
     fn drop(&mut self) {
         let pdn = self.pdn;
-        if let Err(e) = self.dev.inner.driver.with_engine(|e, _| e.dealloc_pd(pdn)) {
+        if let Err(e) = self.dev.inner.driver.call(DeallocPd { pd: pdn }) {
             tracing::warn!(pdn, error = %e, "protection domain not freed");
         }
     }
@@ -57,12 +58,12 @@ impl Pd {
         let mem = MemRegion::allocate(len)?;
         let iova = mem.addr() as u64;
         let pdn = self.inner.pdn;
-        let entry = self
-            .inner
-            .dev
-            .inner
-            .driver
-            .with_engine(|e, _| e.reg_mr(pdn, access, iova, mem))?;
+        let entry = self.inner.dev.inner.driver.call(RegMr {
+            pd: pdn,
+            access,
+            iova,
+            mem,
+        })?;
         Ok(Mr {
             inner: Arc::new(MrInner {
                 pd: self.clone(),
@@ -80,13 +81,7 @@ struct MrInner {
 impl Drop for MrInner {
     fn drop(&mut self) {
         let key = self.entry.lkey;
-        let _ = self
-            .pd
-            .inner
-            .dev
-            .inner
-            .driver
-            .with_engine(|e, _| e.dereg_mr(key));
+        let _ = self.pd.inner.dev.inner.driver.call(DeregMr { key });
     }
 }
 

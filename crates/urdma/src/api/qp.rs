@@ -3,6 +3,7 @@
 use super::cq::Cq;
 use super::mr::Pd;
 use super::wr::{RecvWr, SendWr};
+use crate::engine::command::{CreateQp, DestroyQp, ModifyQp, PostRecv, PostSend, QueryQp};
 use crate::error::{Error, Result};
 use crate::types::{AccessFlags, Mtu, QpAttrMask, QpState, QpType};
 use crate::verbs::{AddressVector, Gid, QpAttr, QpCap};
@@ -172,12 +173,7 @@ impl std::fmt::Debug for Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         let qpn = self.qpn;
-        let _ = self
-            .pd
-            .device()
-            .inner
-            .driver
-            .with_engine(|e, _| e.destroy_qp(qpn));
+        let _ = self.pd.device().inner.driver.call(DestroyQp { qpn });
     }
 }
 
@@ -186,8 +182,14 @@ impl Pd {
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
         let pdn = self.pdn();
         let (scq, rcq) = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
-        let qpn = self.device().inner.driver.with_engine(|e, _| {
-            e.create_qp(pdn, init.qp_type, init.cap, init.sq_sig_all, scq, rcq)
+        let qpn = self.device().inner.driver.call(CreateQp {
+            pd: pdn,
+            qp_type: init.qp_type,
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+            send_cq: scq,
+            recv_cq: rcq,
+            srq: None,
         })?;
         Ok(Qp {
             pd: self.clone(),
@@ -226,17 +228,17 @@ impl Qp {
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let qpn = self.qpn;
-        self.pd
-            .device()
-            .inner
-            .driver
-            .with_engine(|e, now| e.modify_qp(now, qpn, attr, mask))
+        self.pd.device().inner.driver.call(ModifyQp {
+            qpn,
+            attr: *attr,
+            mask,
+        })
     }
 
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpAttr> {
         let qpn = self.qpn;
-        self.pd.device().inner.driver.inspect(|e| e.query_qp(qpn))
+        self.pd.device().inner.driver.call(QueryQp { qpn })
     }
 
     /// Bring an RC or UC QP from RESET to RTS, connected to `remote`.
@@ -262,7 +264,7 @@ impl Qp {
             .device()
             .inner
             .driver
-            .with_engine(|e, now| e.post_send(now, qpn, req))
+            .call(PostSend { qpn, wr: req })
     }
 
     /// Post a receive work request.
@@ -273,6 +275,6 @@ impl Qp {
             .device()
             .inner
             .driver
-            .with_engine(|e, now| e.post_recv(now, qpn, req))
+            .call(PostRecv { qpn, wr: req })
     }
 }

@@ -1,7 +1,7 @@
 //! Work request builders.
 
 use super::mr::MrSlice;
-use crate::engine::wqe::SendOp;
+use crate::engine::SendOp;
 use crate::engine::{RecvRequest, SendData, SendRequest};
 
 /// A send work request (SEND, WRITE, READ or atomic).

@@ -1,21 +1,25 @@
 //! The protocol engine of one urdma device: a deterministic state machine
-//! fed datagrams, work requests and the time, returning datagrams to send,
-//! completions (into CQs) and timer deadlines. It does no I/O itself.
+//! fed datagrams, commands and the time, returning datagrams to send,
+//! completions (into CQs), events and timer deadlines. It does no I/O
+//! itself; [`Engine`] documents the contract.
 
+pub mod command;
 mod completer;
-pub mod counters;
+mod counters;
 mod objects;
-pub mod psn;
-pub mod qp;
+pub(crate) mod psn;
+pub(crate) mod qp;
 mod requester;
 mod responder;
-pub mod srq;
+pub(crate) mod srq;
 mod timer;
 mod tx;
-pub mod wqe;
+pub(crate) mod wqe;
 
 pub use counters::{Counter, Counters};
 pub use objects::{RecvRequest, SendData, SendRequest, SgEntry};
+pub use srq::SrqAttr;
+pub use wqe::{SendOp, UdDest};
 
 use crate::mr::MrEntry;
 use crate::types::{AsyncEvent, AsyncEventKind};
@@ -36,7 +40,7 @@ pub struct Transmit {
 }
 
 /// Outputs collected while the engine handles one input.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     /// Current time in ns.
     pub now: u64,
     /// Local device address.
@@ -71,7 +75,48 @@ impl Ctx<'_> {
     }
 }
 
-/// One device's engine.
+/// One device's engine: the protocol state machine of a urdma NIC.
+///
+/// The engine does no I/O and reads no clock. Its driver (the UDP fabric,
+/// the simulator, a test) owns the socket and the time and calls it with
+/// inputs; every input returns at once, having changed the engine's state
+/// and queued outputs.
+///
+/// # Time
+/// Time is a `u64` of nanoseconds on a clock the driver chooses (the UDP
+/// fabric counts from the device's creation; the simulator runs a virtual
+/// clock). Every input that may start a timer takes `now`. It must never
+/// go backwards from one call to the next; the engine never looks at any
+/// other clock, so a run is a pure function of its inputs and `seed`.
+///
+/// # Inputs
+/// - [`Engine::execute`] / [`Engine::call`]: the command interface
+///   ([`command`]) through which drivers create, modify and destroy PDs,
+///   MRs, QPs and SRQs and post work requests. A command is checked
+///   completely before anything changes: an error answer means nothing
+///   happened.
+/// - [`Engine::handle_datagram`] / [`Engine::handle_batch`]: UDP payloads
+///   received on the device's port, with their source address. Malformed,
+///   misdirected or unexpected packets are dropped and counted, never an
+///   error to the caller. `handle_batch` coalesces the ACKs the batch calls
+///   for into one per QP.
+/// - [`Engine::handle_timeouts`]: run the timers due at `now`. Call it when
+///   `now` reaches [`Engine::next_deadline`]; calling it earlier does
+///   nothing, calling it later only delays the work.
+///
+/// # Outputs
+/// After any input, and before waiting for the next one, the driver should:
+/// - send every datagram of [`Engine::drain_tx`] (in order; they may be
+///   lost, duplicated or reordered by the network, the protocol copes);
+/// - deliver [`Engine::take_events`] (asynchronous events) to the
+///   application;
+/// - arrange to call [`Engine::handle_timeouts`] at [`Engine::next_deadline`]
+///   (None: no timer runs), which any input may move earlier or later.
+///
+/// Completions are not returned: the engine pushes them into the CQs the
+/// QPs were created with ([`crate::cq::CqShared`]), which the application
+/// polls directly. Counters ([`Engine::counters`], [`Engine::qp_counters`])
+/// may be read at any time.
 pub struct Engine {
     local: SocketAddr,
     attr: DeviceAttr,

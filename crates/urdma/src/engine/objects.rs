@@ -2,10 +2,10 @@
 //! PDs, MRs and QPs, and posting work requests. Every call validates its
 //! input against IB semantics and the device limits.
 
+use super::command::CreateQp;
 use super::qp::QpCtx;
 use super::wqe::{Payload, RecvWqe, SendOp, SendWqe, UdDest};
 use super::{psn, requester, Engine};
-use crate::cq::CqShared;
 use crate::error::{Error, Result};
 use crate::mem::MemRegion;
 use crate::mr::{LocalSge, MrEntry};
@@ -13,7 +13,7 @@ use crate::types::{
     AccessFlags, QpAttrMask as M, QpState, QpType, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::verbs::modify::check_transition;
-use crate::verbs::{QpAttr, QpCap};
+use crate::verbs::QpAttr;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use urdma_wire::{PSN_MASK, QPN_MASK};
@@ -73,7 +73,7 @@ pub const MAX_MSG_SIZE: usize = 1 << 31;
 
 impl Engine {
     /// Allocate a protection domain.
-    pub fn alloc_pd(&mut self) -> Result<u32> {
+    pub(crate) fn alloc_pd(&mut self) -> Result<u32> {
         if self.pds.len() >= self.attr.max_pd as usize {
             return Err(Error::Exhausted("protection domains".into()));
         }
@@ -84,7 +84,7 @@ impl Engine {
     }
 
     /// Free a protection domain with no MR or QP left in it.
-    pub fn dealloc_pd(&mut self, pd: u32) -> Result<()> {
+    pub(crate) fn dealloc_pd(&mut self, pd: u32) -> Result<()> {
         if !self.pds.contains(&pd) {
             return Err(Error::NotFound(format!("pd {pd}")));
         }
@@ -96,7 +96,7 @@ impl Engine {
     }
 
     /// Register `mem` in `pd`, visible at `iova`, with a fresh unpredictable key.
-    pub fn reg_mr(
+    pub(crate) fn reg_mr(
         &mut self,
         pd: u32,
         access: AccessFlags,
@@ -135,24 +135,33 @@ impl Engine {
     }
 
     /// Deregister an MR; in-flight work keeps the memory alive until done.
-    pub fn dereg_mr(&mut self, key: u32) -> Result<Arc<MrEntry>> {
+    pub(crate) fn dereg_mr(&mut self, key: u32) -> Result<Arc<MrEntry>> {
         self.mrs
             .remove(&key)
             .ok_or_else(|| Error::NotFound(format!("mr key {key:#x}")))
     }
 
-    /// Create a QP in the RESET state.
-    pub fn create_qp(
-        &mut self,
-        pd: u32,
-        qp_type: QpType,
-        cap: QpCap,
-        sq_sig_all: bool,
-        send_cq: Arc<CqShared>,
-        recv_cq: Arc<CqShared>,
-    ) -> Result<u32> {
+    /// Create a QP in the RESET state, taking its receives from an SRQ
+    /// (of the same PD) if `c.srq` names one.
+    pub(crate) fn create_qp(&mut self, c: CreateQp) -> Result<u32> {
+        let CreateQp {
+            pd,
+            qp_type,
+            cap,
+            sq_sig_all,
+            send_cq,
+            recv_cq,
+            srq,
+        } = c;
         if !self.pds.contains(&pd) {
             return Err(Error::NotFound(format!("pd {pd}")));
+        }
+        if let Some(srqn) = srq {
+            match self.srqs.get(&srqn) {
+                Some(s) if s.pd == pd => {}
+                Some(_) => return Err(Error::inval("SRQ of another protection domain")),
+                None => return Err(Error::NotFound(format!("srq {srqn}"))),
+            }
         }
         let a = &self.attr;
         if cap.max_send_wr > a.max_qp_wr || cap.max_recv_wr > a.max_qp_wr {
@@ -183,37 +192,14 @@ impl Engine {
                 break n;
             }
         };
-        let qp = QpCtx::new(qpn, qp_type, pd, cap, sq_sig_all, send_cq, recv_cq);
+        let mut qp = QpCtx::new(qpn, qp_type, pd, cap, sq_sig_all, send_cq, recv_cq);
+        qp.srq = srq;
         self.qps.insert(qpn, qp);
         Ok(qpn)
     }
 
-    /// Create a QP whose receives come from SRQ `srqn` (in the same PD).
-    #[allow(clippy::too_many_arguments)]
-    pub fn create_qp_with_srq(
-        &mut self,
-        pd: u32,
-        qp_type: QpType,
-        cap: QpCap,
-        sq_sig_all: bool,
-        send_cq: Arc<CqShared>,
-        recv_cq: Arc<CqShared>,
-        srqn: u32,
-    ) -> Result<u32> {
-        match self.srqs.get(&srqn) {
-            Some(s) if s.pd == pd => {}
-            Some(_) => return Err(Error::inval("SRQ of another protection domain")),
-            None => return Err(Error::NotFound(format!("srq {srqn}"))),
-        }
-        let qpn = self.create_qp(pd, qp_type, cap, sq_sig_all, send_cq, recv_cq)?;
-        if let Some(q) = self.qps.get_mut(&qpn) {
-            q.srq = Some(srqn);
-        }
-        Ok(qpn)
-    }
-
     /// Destroy a QP; its queued work is dropped without completions.
-    pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+    pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
         self.qps
             .remove(&qpn)
             .map(|_| ())
@@ -221,7 +207,7 @@ impl Engine {
     }
 
     /// True if some QP uses the CQ.
-    pub fn cq_in_use(&self, cqn: u32) -> bool {
+    pub(crate) fn cq_in_use(&self, cqn: u32) -> bool {
         self.qps
             .values()
             .any(|q| q.send_cq.cqn == cqn || q.recv_cq.cqn == cqn)
@@ -243,7 +229,7 @@ impl Engine {
 
     /// Modify a QP (`ibv_modify_qp`): validate the transition, mask and
     /// values, then apply them.
-    pub fn modify_qp(&mut self, now: u64, qpn: u32, attr: &QpAttr, mask: M) -> Result<()> {
+    pub(crate) fn modify_qp(&mut self, now: u64, qpn: u32, attr: &QpAttr, mask: M) -> Result<()> {
         let dev = self.attr.clone();
         let local = self.local;
         let (qps, mut cx) = self.split(now);
@@ -286,7 +272,7 @@ impl Engine {
     }
 
     /// Post a send work request.
-    pub fn post_send(&mut self, now: u64, qpn: u32, wr: SendRequest) -> Result<()> {
+    pub(crate) fn post_send(&mut self, now: u64, qpn: u32, wr: SendRequest) -> Result<()> {
         let (qps, mut cx) = self.split(now);
         let qp = qps
             .get_mut(&qpn)
@@ -315,7 +301,7 @@ impl Engine {
     }
 
     /// Post a receive work request.
-    pub fn post_recv(&mut self, now: u64, qpn: u32, wr: RecvRequest) -> Result<()> {
+    pub(crate) fn post_recv(&mut self, now: u64, qpn: u32, wr: RecvRequest) -> Result<()> {
         let (qps, mut cx) = self.split(now);
         let qp = qps
             .get_mut(&qpn)

@@ -11,8 +11,6 @@ use std::collections::VecDeque;
 /// A shared receive queue.
 #[derive(Debug)]
 pub struct SrqCtx {
-    /// SRQ number.
-    pub srqn: u32,
     /// Protection domain.
     pub pd: u32,
     /// Capacity.
@@ -60,7 +58,7 @@ pub fn unpop_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>, w: RecvWqe) {
 
 impl Engine {
     /// Create an SRQ in `pd`.
-    pub fn create_srq(&mut self, pd: u32, attr: SrqAttr) -> Result<u32> {
+    pub(crate) fn create_srq(&mut self, pd: u32, attr: SrqAttr) -> Result<u32> {
         if !self.pds.contains(&pd) {
             return Err(Error::NotFound(format!("pd {pd}")));
         }
@@ -73,7 +71,6 @@ impl Engine {
         self.srqs.insert(
             srqn,
             SrqCtx {
-                srqn,
                 pd,
                 max_wr: attr.max_wr,
                 max_sge: attr.max_sge.max(1),
@@ -85,7 +82,12 @@ impl Engine {
     }
 
     /// Change the limit (and, not supported, the size) of an SRQ.
-    pub fn modify_srq(&mut self, srqn: u32, max_wr: Option<u32>, limit: Option<u32>) -> Result<()> {
+    pub(crate) fn modify_srq(
+        &mut self,
+        srqn: u32,
+        max_wr: Option<u32>,
+        limit: Option<u32>,
+    ) -> Result<()> {
         let srq = self
             .srqs
             .get_mut(&srqn)
@@ -103,7 +105,7 @@ impl Engine {
     }
 
     /// Current attributes of an SRQ.
-    pub fn query_srq(&self, srqn: u32) -> Result<SrqAttr> {
+    pub(crate) fn query_srq(&self, srqn: u32) -> Result<SrqAttr> {
         let s = self
             .srqs
             .get(&srqn)
@@ -116,7 +118,7 @@ impl Engine {
     }
 
     /// Destroy an SRQ no QP uses.
-    pub fn destroy_srq(&mut self, srqn: u32) -> Result<()> {
+    pub(crate) fn destroy_srq(&mut self, srqn: u32) -> Result<()> {
         if self.qps.values().any(|q| q.srq == Some(srqn)) {
             return Err(Error::Busy(format!("srq {srqn} still has QPs")));
         }
@@ -127,7 +129,7 @@ impl Engine {
     }
 
     /// Post a receive WQE to an SRQ.
-    pub fn post_srq_recv(&mut self, srqn: u32, wr: RecvRequest) -> Result<()> {
+    pub(crate) fn post_srq_recv(&mut self, srqn: u32, wr: RecvRequest) -> Result<()> {
         let srq = self
             .srqs
             .get_mut(&srqn)

@@ -4,6 +4,7 @@
 
 use super::batch::RecvBatch;
 use super::stats;
+use crate::engine::command::Request;
 use crate::engine::{Counter, Engine};
 use crate::types::AsyncEvent;
 use std::collections::VecDeque;
@@ -138,6 +139,12 @@ impl UdpDriver {
         let r = f(&mut eng, self.now());
         self.flush(eng);
         r
+    }
+
+    /// Run one engine command (see [`crate::engine::command`]), then send
+    /// its output.
+    pub fn call<R: Request>(&self, req: R) -> crate::Result<R::Output> {
+        self.with_engine(|e, now| e.call(now, req))
     }
 
     /// Read-only access to the engine.
