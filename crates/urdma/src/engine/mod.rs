@@ -236,6 +236,7 @@ impl Engine {
                 return;
             }
         };
+        tracing::trace!(%src, packet = %pkt, "received");
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += data.len() as u64;
         let qpn = pkt.repr.bth.dest_qp;
