@@ -7,11 +7,12 @@ use crate::pd::Pd;
 use crate::qp::av_from;
 use crate::sys::*;
 use crate::util::{ensure, guard, ret_errno, ret_minus1, ret_ptr, VResult};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::raw::c_int;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use urdma::{AddressVector, Gid};
+use urdma_wire::{GrhRepr, GRH_LEN};
 
 /// An address handle: where UD sends go.
 #[repr(C)]
@@ -94,18 +95,14 @@ pub unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
     })
 }
 
-/// The IP version of a received GRH area: RoCE v2 over IPv4 puts the
-/// IPv4 header in its last 20 bytes (with a valid checksum), over IPv6
-/// the IPv6 header fills it.
-fn grh_version(g: &[u8; 40]) -> Option<u8> {
-    let mut ip4 = [0u8; 20];
-    ip4.copy_from_slice(&g[20..40]);
-    let v4 = ip4[0] == 0x45 && urdma_wire::ipv4_header_sum(&ip4) == 0xffff;
-    match g[0] >> 4 {
-        6 if !v4 => Some(6),
-        _ if v4 => Some(4),
-        _ => None,
-    }
+/// The IP header in a received GRH area (RoCE v2 over IPv4 puts the IPv4
+/// header in its last 20 bytes, over IPv6 the IPv6 header fills it).
+/// Anything else is not supported; a multicast destination cannot be
+/// answered.
+fn read_grh(g: &[u8; GRH_LEN]) -> VResult<GrhRepr> {
+    let h = GrhRepr::parse(g).map_err(|_| libc::EPROTONOSUPPORT)?;
+    ensure(!h.dst.is_multicast(), libc::EINVAL)?;
+    Ok(h)
 }
 
 fn init_from_wc(
@@ -127,32 +124,13 @@ fn init_from_wc(
     ensure(!grh.is_null(), libc::EINVAL)?;
     // SAFETY: a GRH area is 40 readable bytes at the start of the
     // receive buffer (verbs contract for UD receives).
-    let g: [u8; 40] = unsafe { std::ptr::read_unaligned(grh.cast::<[u8; 40]>()) };
-    let vtf = u32::from_be_bytes([g[0], g[1], g[2], g[3]]);
+    let g: [u8; GRH_LEN] = unsafe { std::ptr::read_unaligned(grh.cast::<[u8; GRH_LEN]>()) };
+    let h = read_grh(&g)?;
     a.is_global = 1;
-    a.grh.flow_label = vtf & 0xf_ffff;
-    let (src, dst) = match grh_version(&g).ok_or(libc::EPROTONOSUPPORT)? {
-        4 => {
-            let h = &g[20..40];
-            a.grh.hop_limit = h[8];
-            a.grh.traffic_class = h[1];
-            let s = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
-            let d = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
-            ensure(!d.is_multicast(), libc::EINVAL)?;
-            (IpAddr::V4(s), IpAddr::V4(d))
-        }
-        _ => {
-            ensure(g[6] == libc::IPPROTO_UDP as u8, libc::EPROTONOSUPPORT)?;
-            ensure(g[24] != 0xff, libc::EINVAL)?;
-            a.grh.hop_limit = g[7];
-            a.grh.traffic_class = ((vtf >> 20) & 0xff) as u8;
-            let mut s = [0u8; 16];
-            let mut d = [0u8; 16];
-            s.copy_from_slice(&g[8..24]);
-            d.copy_from_slice(&g[24..40]);
-            (Gid(s).to_ip(), Gid(d).to_ip())
-        }
-    };
+    a.grh.flow_label = h.flow_label;
+    a.grh.hop_limit = h.hop_limit;
+    a.grh.traffic_class = h.traffic_class;
+    let (src, dst) = (h.src, h.dst);
     // The local GID the packet was sent to gives the source GID index.
     let dgid = Gid::from_ip(dst);
     let index = (0..c.dev.gids.len() as usize)
@@ -206,12 +184,18 @@ pub unsafe extern "C" fn create_ah_from_wc(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::IpAddr;
 
     #[test]
     fn grh_versions() {
         let mut g = [0u8; 40];
         g[0] = 0x60;
-        assert_eq!(grh_version(&g), Some(6));
+        // IPv6, but not UDP.
+        assert_eq!(read_grh(&g).err(), Some(libc::EPROTONOSUPPORT));
+        g[6] = 17;
+        assert!(matches!(read_grh(&g).map(|h| h.src), Ok(IpAddr::V6(_))));
+        g[24] = 0xff;
+        assert_eq!(read_grh(&g).err(), Some(libc::EINVAL));
         let mut g4 = [0u8; 40];
         let h = &mut g4[20..];
         h[0] = 0x45;
@@ -221,7 +205,13 @@ mod tests {
         h[16..20].copy_from_slice(&[127, 0, 0, 2]);
         let header: [u8; 20] = (&*h).try_into().unwrap();
         h[10..12].copy_from_slice(&(!urdma_wire::ipv4_header_sum(&header)).to_be_bytes());
-        assert_eq!(grh_version(&g4), Some(4));
-        assert_eq!(grh_version(&[0u8; 40]), None);
+        let v4 = read_grh(&g4);
+        assert_eq!(
+            v4.map(|h| (h.src, h.dst, h.hop_limit)),
+            Ok(([127, 0, 0, 1].into(), [127, 0, 0, 2].into(), 64))
+        );
+        g4[21] ^= 1;
+        assert_eq!(read_grh(&g4).err(), Some(libc::EPROTONOSUPPORT));
+        assert_eq!(read_grh(&[0u8; 40]).err(), Some(libc::EPROTONOSUPPORT));
     }
 }

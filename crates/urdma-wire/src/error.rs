@@ -36,4 +36,15 @@ pub enum WireError {
     /// length of the datagram.
     #[error("datagram too long: {0} bytes")]
     TooLong(usize),
+    /// A GRH area holds an IPv4 header whose checksum is wrong.
+    #[error("bad IPv4 header checksum")]
+    BadIpChecksum,
+    /// A GRH area holds neither an IPv4 header without options nor an
+    /// IPv6 header.
+    #[error("no IPv4 or IPv6 header")]
+    NoIpHeader,
+    /// A GRH area holds an IPv6 header whose next header is not UDP;
+    /// carries the next header.
+    #[error("IP protocol {0} is not UDP")]
+    NotUdp(u8),
 }

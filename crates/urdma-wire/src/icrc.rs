@@ -52,16 +52,14 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::bth::VARIANT_BYTE;
+use crate::grh::{
+    IPV4_FLAGS_DF, IPV4_HEADER_LEN, IPV4_IDENTIFICATION, IPV4_VERSION_IHL, IPV6_HEADER_LEN,
+    IP_PROTOCOL_UDP,
+};
 use crate::{WireError, BTH_LEN, ICRC_LEN};
 
 const LRH_STAND_IN: [u8; 8] = [0xFF; 8];
-const IPV4_HEADER_LEN: usize = 20;
-const IPV6_HEADER_LEN: usize = 40;
 const UDP_HEADER_LEN: usize = 8;
-const IPPROTO_UDP: u8 = 17;
-const IPV4_VERSION_IHL: u8 = 0x45;
-const IPV4_FLAGS_DF: u16 = 0x4000;
-const IPV4_IDENTIFICATION: u16 = 0;
 const MASKED_U8: u8 = 0xFF;
 const MASKED_U16: u16 = 0xFFFF;
 /// Version 6, traffic class and flow label all ones.
@@ -149,7 +147,7 @@ pub fn compute_icrc(datagram_without_icrc: &[u8], ctx: &IcrcContext) -> Result<u
             hasher.update(&len16(total_len, datagram_len)?);
             hasher.update(&IPV4_IDENTIFICATION.to_be_bytes());
             hasher.update(&IPV4_FLAGS_DF.to_be_bytes());
-            hasher.update(&[MASKED_U8, IPPROTO_UDP]);
+            hasher.update(&[MASKED_U8, IP_PROTOCOL_UDP]);
             hasher.update(&MASKED_U16.to_be_bytes());
             hasher.update(&src.octets());
             hasher.update(&dst.octets());
@@ -157,7 +155,7 @@ pub fn compute_icrc(datagram_without_icrc: &[u8], ctx: &IcrcContext) -> Result<u
         Addrs::V6(src, dst) => {
             hasher.update(&IPV6_VERSION_TC_FLOW);
             hasher.update(&len16(udp_len, datagram_len)?);
-            hasher.update(&[IPPROTO_UDP, MASKED_U8]);
+            hasher.update(&[IP_PROTOCOL_UDP, MASKED_U8]);
             hasher.update(&src.octets());
             hasher.update(&dst.octets());
         }

@@ -9,7 +9,9 @@
 //! Each header has a plain `Repr`-style struct with `parse` (from a byte
 //! slice) and `emit` (into a byte slice) in its own module. The [`packet`]
 //! module puts them together: [`parse`] checks and splits a whole datagram,
-//! [`emit_headers`], [`seal`] and [`build`] produce one.
+//! [`emit_headers`], [`seal`] and [`build`] produce one. A parsed
+//! [`Packet`] displays as a one-line summary of its headers, and [`grh`]
+//! reads and writes the IP header area at the start of UD receive buffers.
 //!
 //! Nothing in this crate panics on any input; every malformed datagram is
 //! reported as a [`WireError`].
@@ -41,8 +43,10 @@ pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
 pub mod deth;
+mod display;
 mod error;
 mod field;
+pub mod grh;
 pub mod icrc;
 pub mod ipv4;
 pub mod opcode;
@@ -55,6 +59,7 @@ pub use atomic_eth::AtomicEth;
 pub use bth::Bth;
 pub use deth::Deth;
 pub use error::WireError;
+pub use grh::{GrhRepr, GRH_LEN};
 pub use icrc::{check_icrc, compute_icrc, IcrcContext};
 pub use ipv4::ipv4_header_sum;
 pub use opcode::{OpKind, Opcode, OpcodeInfo, Position, Transport};

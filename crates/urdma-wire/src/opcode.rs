@@ -322,6 +322,56 @@ impl Opcode {
     pub fn name(self) -> &'static str {
         self.info().name
     }
+
+    /// The opcode of a `kind` packet of `transport` at `position` in its
+    /// message, carrying immediate data if `imm`; found in [`TABLE`].
+    ///
+    /// Every opcode without an IETH is the answer for exactly one such
+    /// question (its row's transport, kind, position and `has_immdt`), so a
+    /// requester can choose each packet's opcode with it:
+    ///
+    /// - Immediate data rides only on the last or only packet of a SEND or
+    ///   WRITE: the first and middle packets of a message with immediate
+    ///   data are asked for with `imm` false.
+    /// - Single-packet operations (READ requests, atomics, UD SENDs,
+    ///   acknowledgements) are at [`Position::Only`].
+    /// - The SEND with invalidate opcodes, which carry an IETH, are never
+    ///   returned; asking for a SEND gives the plain SEND opcode.
+    ///
+    /// Gives `None` when no opcode fits: an operation the transport does
+    /// not have (UC READ or atomics, UD WRITE, anything but SEND ONLY on
+    /// UD), immediate data on a first or middle packet or on an operation
+    /// that carries none, or a multi-packet position for a single-packet
+    /// operation.
+    ///
+    /// ```
+    /// use urdma_wire::{OpKind, Opcode, Position, Transport};
+    ///
+    /// // A three-packet RC WRITE with immediate data.
+    /// let opcodes = [Position::First, Position::Middle, Position::Last]
+    ///     .map(|p| Opcode::find(Transport::Rc, OpKind::Write, p, p == Position::Last));
+    /// assert_eq!(
+    ///     opcodes,
+    ///     [Some(Opcode::RcWriteFirst), Some(Opcode::RcWriteMiddle), Some(Opcode::RcWriteLastImm)]
+    /// );
+    /// assert_eq!(Opcode::find(Transport::Uc, OpKind::ReadRequest, Position::Only, false), None);
+    /// ```
+    pub fn find(
+        transport: Transport,
+        kind: OpKind,
+        position: Position,
+        imm: bool,
+    ) -> Option<Opcode> {
+        ROWS.iter()
+            .find(|row| {
+                row.transport == transport
+                    && row.kind == kind
+                    && row.position == position
+                    && row.has_immdt == imm
+                    && !row.has_ieth
+            })
+            .map(|row| row.opcode)
+    }
 }
 
 // Each row sits where its opcode byte points, and no two rows share an
@@ -355,139 +405,4 @@ impl fmt::Display for Opcode {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The opcode bytes this crate knows, written out independently of the
-    /// table.
-    const KNOWN: [u8; 37] = [
-        0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E,
-        0x0F, 0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26,
-        0x27, 0x28, 0x29, 0x2A, 0x2B, 0x64, 0x65,
-    ];
-
-    #[test]
-    fn exactly_the_known_bytes_decode() {
-        for v in 0..=255u8 {
-            match Opcode::from_u8(v) {
-                Some(op) => {
-                    assert!(KNOWN.contains(&v), "{v:#04x} should be unknown");
-                    assert_eq!(op.as_u8(), v);
-                    assert_eq!(u8::from(op), v);
-                    assert_eq!(op.info().opcode, op);
-                    assert_eq!(Opcode::try_from(v), Ok(op));
-                }
-                None => {
-                    assert!(!KNOWN.contains(&v), "{v:#04x} should be known");
-                    assert_eq!(Opcode::try_from(v), Err(WireError::UnknownOpcode(v)));
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn reserved_rd_and_cnp_are_unknown() {
-        for v in [
-            0x15u8, 0x18, 0x1F, 0x2C, 0x3F, 0x40, 0x4C, 0x60, 0x63, 0x66, 0x80, 0x81, 0xFF,
-        ] {
-            assert_eq!(Opcode::from_u8(v), None, "{v:#04x}");
-        }
-        for v in 0x18..=0x1Fu8 {
-            assert_eq!(Opcode::from_u8(v), None, "{v:#04x}");
-        }
-    }
-
-    #[test]
-    fn table_is_in_opcode_order() {
-        for pair in TABLE.windows(2) {
-            if let [a, b] = pair {
-                assert!(a.opcode.as_u8() < b.opcode.as_u8());
-            }
-        }
-        assert_eq!(TABLE.len(), KNOWN.len());
-    }
-
-    #[test]
-    fn transport_matches_prefix() {
-        for info in &TABLE {
-            let expected = match info.opcode.as_u8() >> 5 {
-                0 => Transport::Rc,
-                1 => Transport::Uc,
-                3 => Transport::Ud,
-                other => panic!("unexpected prefix {other}"),
-            };
-            assert_eq!(info.transport, expected, "{}", info.name);
-            let prefix = match expected {
-                Transport::Rc => "RC ",
-                Transport::Uc => "UC ",
-                Transport::Ud => "UD ",
-            };
-            assert!(info.name.starts_with(prefix), "{}", info.name);
-        }
-    }
-
-    #[test]
-    fn names_and_display() {
-        assert_eq!(Opcode::RcSendFirst.name(), "RC SEND_FIRST");
-        assert_eq!(Opcode::RcAck.to_string(), "RC ACKNOWLEDGE");
-        assert_eq!(
-            Opcode::UcWriteOnlyImm.name(),
-            "UC RDMA_WRITE_ONLY_WITH_IMMEDIATE"
-        );
-        assert_eq!(Opcode::UdSendOnlyImm.name(), "UD SEND_ONLY_WITH_IMMEDIATE");
-        assert_eq!(Opcode::RcSendOnlyInv.name(), "RC SEND_ONLY_WITH_INVALIDATE");
-    }
-
-    #[test]
-    fn uc_rows_mirror_rc_send_and_write_rows() {
-        for uc in TABLE.iter().filter(|i| i.transport == Transport::Uc) {
-            let rc = Opcode::from_u8(uc.opcode.as_u8() - 0x20).map(Opcode::info);
-            let Some(rc) = rc else {
-                panic!("no RC twin for {}", uc.name)
-            };
-            assert_eq!(rc.name.get(3..), uc.name.get(3..));
-            assert_eq!((rc.kind, rc.position), (uc.kind, uc.position));
-            assert_eq!(rc.header_len, uc.header_len);
-            assert_eq!(
-                (rc.has_reth, rc.has_immdt, rc.has_payload),
-                (uc.has_reth, uc.has_immdt, uc.has_payload)
-            );
-        }
-    }
-
-    #[test]
-    fn header_layouts() {
-        let check = |op: Opcode, len: usize| assert_eq!(op.info().header_len, len, "{op}");
-        check(Opcode::RcSendMiddle, 12);
-        check(Opcode::RcSendOnlyImm, 16);
-        check(Opcode::RcSendOnlyInv, 16);
-        check(Opcode::RcWriteFirst, 28);
-        check(Opcode::RcWriteOnlyImm, 32);
-        check(Opcode::RcWriteLastImm, 16);
-        check(Opcode::RcReadRequest, 28);
-        check(Opcode::RcReadResponseFirst, 16);
-        check(Opcode::RcReadResponseMiddle, 12);
-        check(Opcode::RcAck, 16);
-        check(Opcode::RcAtomicAck, 24);
-        check(Opcode::RcCompareSwap, 40);
-        check(Opcode::RcFetchAdd, 40);
-        check(Opcode::UdSendOnly, 20);
-        check(Opcode::UdSendOnlyImm, 24);
-
-        let no_payload = [
-            Opcode::RcReadRequest,
-            Opcode::RcAck,
-            Opcode::RcAtomicAck,
-            Opcode::RcCompareSwap,
-            Opcode::RcFetchAdd,
-        ];
-        for info in &TABLE {
-            assert_eq!(info.has_payload, !no_payload.contains(&info.opcode));
-            assert!(!(info.has_immdt && info.has_ieth));
-            assert!(!(info.has_reth && info.has_atomic_eth));
-            if info.has_immdt || info.has_ieth {
-                assert!(matches!(info.position, Position::Last | Position::Only));
-            }
-        }
-    }
-}
+mod tests;

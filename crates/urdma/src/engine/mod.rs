@@ -286,6 +286,7 @@ impl Engine {
                 return;
             }
         };
+        tracing::trace!(%src, packet = %pkt, "received");
         self.counters.add(Counter::RxPackets, 1);
         self.counters.add(Counter::RxBytes, data.len() as u64);
         let qpn = pkt.repr.bth.dest_qp;

@@ -689,7 +689,7 @@ fn uc_write(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, starts: bool) {
 }
 
 /// Size of the GRH area at the start of a UD receive buffer.
-pub const GRH_LEN: usize = 40;
+pub use urdma_wire::GRH_LEN;
 
 /// The 40-byte GRH area as RoCE v2 presents it: for IPv4, 20 zero bytes
 /// then the IPv4 header; for IPv6, the IPv6 header.
@@ -698,33 +698,9 @@ fn grh_bytes(
     dst: std::net::SocketAddr,
     udp_len: usize,
 ) -> [u8; GRH_LEN] {
+    let udp_len = u16::try_from(udp_len).unwrap_or(u16::MAX);
     let mut g = [0u8; GRH_LEN];
-    match (src.ip(), dst.ip()) {
-        (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => {
-            let h = &mut g[20..];
-            h[0] = 0x45;
-            let total = (20 + udp_len) as u16;
-            h[2..4].copy_from_slice(&total.to_be_bytes());
-            h[6] = 0x40;
-            h[8] = 64;
-            h[9] = 17;
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d.octets());
-            let mut header = [0u8; 20];
-            header.copy_from_slice(h);
-            h[10..12].copy_from_slice(&(!urdma_wire::ipv4_header_sum(&header)).to_be_bytes());
-        }
-        (s, d) => {
-            let s6 = crate::verbs::Gid::from_ip(s).0;
-            let d6 = crate::verbs::Gid::from_ip(d).0;
-            g[0] = 0x60;
-            g[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-            g[6] = 17;
-            g[7] = 64;
-            g[8..24].copy_from_slice(&s6);
-            g[24..40].copy_from_slice(&d6);
-        }
-    }
+    urdma_wire::GrhRepr::new(src.ip(), dst.ip(), udp_len).emit(&mut g);
     g
 }
 
@@ -785,6 +761,14 @@ mod tests {
         let h: &[u8; 20] = g[20..].try_into().unwrap();
         assert_eq!(urdma_wire::ipv4_header_sum(h), 0xffff);
         assert_eq!(&h[12..16], &[127, 0, 0, 1]);
+        assert_eq!(
+            urdma_wire::GrhRepr::parse(&g),
+            Ok(urdma_wire::GrhRepr::new(
+                [127, 0, 0, 1].into(),
+                [127, 0, 0, 2].into(),
+                100
+            ))
+        );
     }
 
     #[test]

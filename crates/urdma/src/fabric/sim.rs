@@ -248,37 +248,12 @@ impl fmt::Display for TraceEvent {
     }
 }
 
-/// A one-line description of a RoCEv2 datagram: opcode, destination QP,
-/// PSN, flags, AETH and payload length (the ICRC is not checked).
+/// A one-line description of a RoCEv2 datagram (the ICRC is not checked):
+/// the [`Display`](std::fmt::Display) form of the parsed packet, or why it
+/// does not parse.
 pub fn describe_packet(data: &[u8]) -> String {
     match urdma_wire::parse_unchecked(data) {
-        Ok(p) => {
-            let b = &p.repr.bth;
-            let mut s = format!(
-                "{} qp={:#x} psn={}{} len={}",
-                b.opcode.name(),
-                b.dest_qp,
-                b.psn,
-                if b.ack_req { " A" } else { "" },
-                p.payload.len()
-            );
-            if let Some(a) = p.repr.aeth {
-                s.push_str(&format!(" aeth={:?} msn={}", a.syndrome, a.msn));
-            }
-            if let Some(r) = p.repr.reth {
-                s.push_str(&format!(" reth(va={:#x} len={})", r.va, r.dma_len));
-            }
-            if let Some(a) = p.repr.atomic_eth {
-                s.push_str(&format!(
-                    " atomic(va={:#x} add/swap={} cmp={})",
-                    a.va, a.swap_add, a.compare
-                ));
-            }
-            if let Some(a) = p.repr.atomic_ack_eth {
-                s.push_str(&format!(" orig={}", a.orig));
-            }
-            s
-        }
+        Ok(p) => p.to_string(),
         Err(e) => format!("<{} bytes, unparsable: {e}>", data.len()),
     }
 }
