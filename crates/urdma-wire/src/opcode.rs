@@ -142,6 +142,24 @@ pub enum Position {
     Only,
 }
 
+impl Position {
+    /// The position of packet `index` (from 0) of a message of `count`
+    /// packets.
+    pub fn of(index: u32, count: u32) -> Position {
+        match (index, count) {
+            (_, 0 | 1) => Position::Only,
+            (0, _) => Position::First,
+            (i, n) if i + 1 >= n => Position::Last,
+            _ => Position::Middle,
+        }
+    }
+
+    /// True for the packet that ends its message (`Last` or `Only`).
+    pub fn ends_message(self) -> bool {
+        matches!(self, Position::Last | Position::Only)
+    }
+}
+
 /// One row of the opcode table (a static table, data not code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpcodeInfo {

@@ -4,10 +4,10 @@
 use super::qp::QpCtx;
 use super::timer::TimerKind;
 use super::tx::{self, PayloadSrc};
-use super::wqe::{Payload, SendOp};
+use super::wqe::{Payload, SendOp, SendWqe};
 use super::{psn, Counter, Ctx};
 use crate::types::{AsyncEventKind, QpState, QpType, WcStatus};
-use urdma_wire::{AtomicEth, Bth, Deth, Opcode, PacketRepr, Reth, DEFAULT_PKEY};
+use urdma_wire::{AtomicEth, Bth, Deth, Opcode, PacketRepr, Position, Reth, Transport};
 
 /// Most PSNs outstanding (sent, not acknowledged) per QP.
 pub const WINDOW: u32 = 256;
@@ -15,48 +15,6 @@ pub const WINDOW: u32 = 256;
 pub const ACK_EVERY: u32 = 32;
 /// Largest READ request, in response packets; longer READs are split.
 pub const READ_CHUNK: u32 = 64;
-
-/// Where a packet sits in its message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pos {
-    First,
-    Middle,
-    Last,
-    Only,
-}
-
-fn position(k: u32, n: u32) -> Pos {
-    match (k, n) {
-        (_, 1) => Pos::Only,
-        (0, _) => Pos::First,
-        (k, n) if k + 1 == n => Pos::Last,
-        _ => Pos::Middle,
-    }
-}
-
-/// The opcode of packet `pos` of a SEND or WRITE on `qp_type`.
-fn data_opcode(qp_type: QpType, op: SendOp, pos: Pos) -> Opcode {
-    use Opcode::*;
-    let rc = qp_type == QpType::Rc;
-    let pick = |r: Opcode, u: Opcode| if rc { r } else { u };
-    match (op, pos) {
-        (SendOp::Send | SendOp::SendImm(_), Pos::First) => pick(RcSendFirst, UcSendFirst),
-        (SendOp::Send | SendOp::SendImm(_), Pos::Middle) => pick(RcSendMiddle, UcSendMiddle),
-        (SendOp::Send, Pos::Last) => pick(RcSendLast, UcSendLast),
-        (SendOp::Send, Pos::Only) => pick(RcSendOnly, UcSendOnly),
-        (SendOp::SendImm(_), Pos::Last) => pick(RcSendLastImm, UcSendLastImm),
-        (SendOp::SendImm(_), Pos::Only) => pick(RcSendOnlyImm, UcSendOnlyImm),
-        (SendOp::Write | SendOp::WriteImm(_), Pos::First) => pick(RcWriteFirst, UcWriteFirst),
-        (SendOp::Write | SendOp::WriteImm(_), Pos::Middle) => pick(RcWriteMiddle, UcWriteMiddle),
-        (SendOp::Write, Pos::Last) => pick(RcWriteLast, UcWriteLast),
-        (SendOp::Write, Pos::Only) => pick(RcWriteOnly, UcWriteOnly),
-        (SendOp::WriteImm(_), Pos::Last) => pick(RcWriteLastImm, UcWriteLastImm),
-        (SendOp::WriteImm(_), Pos::Only) => pick(RcWriteOnlyImm, UcWriteOnlyImm),
-        (SendOp::Read, _) => RcReadRequest,
-        (SendOp::CompSwap { .. }, _) => RcCompareSwap,
-        (SendOp::FetchAdd { .. }, _) => RcFetchAdd,
-    }
-}
 
 /// Transmit what the window allows. Called after every input.
 pub fn pump(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
@@ -145,6 +103,125 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     }
 }
 
+/// The transport of a QP type, as the opcode table names it.
+fn transport(qp_type: QpType) -> Transport {
+    match qp_type {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    }
+}
+
+/// One request packet of a WQE: where it sits in the message and which
+/// bytes of the message it carries (for a READ request: asks for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Segment {
+    /// Position in the message.
+    position: Position,
+    /// Message offset of its data.
+    offset: usize,
+    /// Data length.
+    len: usize,
+    /// PSNs it uses (more than one only for a READ request).
+    psns: u32,
+}
+
+/// The segment of `wqe` that starts at its PSN `k`, with path MTU `mtu`.
+fn segment(wqe: &SendWqe, k: u32, mtu: usize) -> Segment {
+    let offset = k as usize * mtu;
+    let rest = wqe.len.saturating_sub(offset);
+    match wqe.op {
+        // A READ request covers the same PSN range as the first time, even
+        // when resent from the middle of one (the responder answers a
+        // duplicate only within the range it remembers).
+        SendOp::Read => {
+            let psns = (READ_CHUNK - k % READ_CHUNK).min(wqe.npsn - k);
+            let len = (psns as usize * mtu).min(rest);
+            Segment {
+                position: Position::Only,
+                offset,
+                len,
+                psns,
+            }
+        }
+        op if op.is_atomic() => Segment {
+            position: Position::Only,
+            offset: 0,
+            len: wqe.len,
+            psns: 1,
+        },
+        _ => Segment {
+            position: Position::of(k, wqe.npsn),
+            offset,
+            len: mtu.min(rest),
+            psns: 1,
+        },
+    }
+}
+
+/// The headers of request packet `seg` of `wqe`: the opcode comes from the
+/// opcode table, and the extension headers are the ones its row lists.
+/// None if the table has no opcode for it (a WQE the QP type cannot
+/// carry; posting refuses those).
+fn request_repr(
+    t: Transport,
+    wqe: &SendWqe,
+    seg: Segment,
+    bth: Bth,
+    src_qp: u32,
+) -> Option<PacketRepr> {
+    let (kind, imm) = wqe.op.wire_kind();
+    let last = seg.position.ends_message();
+    let imm = imm.filter(|_| last);
+    let opcode = Opcode::find(t, kind, seg.position, imm.is_some())?;
+    let info = opcode.info();
+    let mut repr = PacketRepr::new(Bth { opcode, ..bth });
+    repr.bth.solicited = info.has_payload && last && wqe.solicited;
+    if info.has_reth {
+        let dma_len = if wqe.op == SendOp::Read {
+            seg.len
+        } else {
+            wqe.len
+        };
+        repr.reth = Some(Reth {
+            va: wqe.remote_va.wrapping_add(seg.offset as u64),
+            rkey: wqe.rkey,
+            dma_len: dma_len as u32,
+        });
+    }
+    if info.has_atomic_eth {
+        let (compare, swap_add) = wqe.op.atomic_operands()?;
+        repr.atomic_eth = Some(AtomicEth {
+            va: wqe.remote_va,
+            rkey: wqe.rkey,
+            swap_add,
+            compare,
+        });
+    }
+    if info.has_deth {
+        repr.deth = Some(Deth {
+            qkey: wqe.ud?.qkey,
+            src_qp,
+        });
+    }
+    if info.has_immdt {
+        repr.immdt = imm;
+    }
+    Some(repr)
+}
+
+/// Where the payload of `seg` of `wqe` comes from.
+fn payload_of(wqe: &SendWqe, seg: Segment, has_payload: bool) -> PayloadSrc<'_> {
+    if !has_payload {
+        return PayloadSrc::Empty;
+    }
+    let (off, len) = (seg.offset, seg.len);
+    match &wqe.payload {
+        Payload::Inline(b) => PayloadSrc::Bytes(b.get(off..off + len).unwrap_or(&[])),
+        Payload::Sges(s) => PayloadSrc::Gather(s, off, len),
+    }
+}
+
 /// Send the packet (or READ request chunk) at `cur` of `sq[send_pos]`
 /// and advance the send pointer.
 fn send_one(
@@ -153,84 +230,23 @@ fn send_one(
     dst: std::net::SocketAddr,
     cur: u32,
 ) -> Result<(), tx::PayloadError> {
-    let mtu = qp.mtu();
-    let pos = qp.req.send_pos;
     let k = qp.req.send_pkt;
-    let dest_qp = qp.attr.dest_qp_num;
     let rc = qp.qp_type == QpType::Rc;
     let window_full_next = psn::diff(cur, qp.req.una) + 1 >= WINDOW as i32;
-    let wqe = &qp.req.sq[pos];
-    let n = wqe.npsn;
-    let mut bth = Bth::new(Opcode::RcSendOnly, dest_qp, cur);
-    bth.pkey = DEFAULT_PKEY;
-    match wqe.op {
-        SendOp::Read => {
-            // Requests cover the same PSN ranges as the first time, even
-            // when resent from the middle of one (the responder answers a
-            // duplicate only within the range it remembers).
-            let chunk = (READ_CHUNK - k % READ_CHUNK).min(n - k);
-            let off = k as usize * mtu;
-            let len = (chunk as usize * mtu).min(wqe.len - off.min(wqe.len));
-            bth.opcode = Opcode::RcReadRequest;
-            let mut repr = PacketRepr::new(bth);
-            repr.reth = Some(Reth {
-                va: wqe.remote_va.wrapping_add(off as u64),
-                rkey: wqe.rkey,
-                dma_len: len as u32,
-            });
-            tx::send(cx, &mut qp.counters, dst, &repr, PayloadSrc::Empty)?;
-            qp.req.rd_atomic.push_back(psn::add(cur, chunk - 1));
-            qp.req.send_pkt += chunk;
-        }
-        SendOp::CompSwap { .. } | SendOp::FetchAdd { .. } => {
-            let (compare, swap) = match wqe.op {
-                SendOp::CompSwap { compare, swap } => (compare, swap),
-                SendOp::FetchAdd { add } => (0, add),
-                _ => (0, 0),
-            };
-            bth.opcode = data_opcode(qp.qp_type, wqe.op, Pos::Only);
-            let mut repr = PacketRepr::new(bth);
-            repr.atomic_eth = Some(AtomicEth {
-                va: wqe.remote_va,
-                rkey: wqe.rkey,
-                swap_add: swap,
-                compare,
-            });
-            tx::send(cx, &mut qp.counters, dst, &repr, PayloadSrc::Empty)?;
-            qp.req.rd_atomic.push_back(cur);
-            qp.req.send_pkt += 1;
-        }
-        op => {
-            let p = position(k, n);
-            let off = k as usize * mtu;
-            let len = mtu.min(wqe.len.saturating_sub(off));
-            bth.opcode = data_opcode(qp.qp_type, op, p);
-            let last = matches!(p, Pos::Last | Pos::Only);
-            bth.solicited = last && wqe.solicited;
-            bth.ack_req = rc && (last || (k + 1).is_multiple_of(ACK_EVERY) || window_full_next);
-            let mut repr = PacketRepr::new(bth);
-            if matches!(op, SendOp::Write | SendOp::WriteImm(_))
-                && matches!(p, Pos::First | Pos::Only)
-            {
-                repr.reth = Some(Reth {
-                    va: wqe.remote_va,
-                    rkey: wqe.rkey,
-                    dma_len: wqe.len as u32,
-                });
-            }
-            if let SendOp::SendImm(imm) | SendOp::WriteImm(imm) = op {
-                if last {
-                    repr.immdt = Some(imm);
-                }
-            }
-            let src = match &wqe.payload {
-                Payload::Inline(b) => PayloadSrc::Bytes(b.get(off..off + len).unwrap_or(&[])),
-                Payload::Sges(s) => PayloadSrc::Gather(s, off, len),
-            };
-            tx::send(cx, &mut qp.counters, dst, &repr, src)?;
-            qp.req.send_pkt += 1;
-        }
+    let wqe = &qp.req.sq[qp.req.send_pos];
+    let seg = segment(wqe, k, qp.mtu());
+    let mut bth = Bth::new(Opcode::RcSendOnly, qp.attr.dest_qp_num, cur);
+    bth.ack_req = rc
+        && !wqe.op.is_read_or_atomic()
+        && (seg.position.ends_message() || (k + 1).is_multiple_of(ACK_EVERY) || window_full_next);
+    let repr =
+        request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;
+    let src = payload_of(wqe, seg, repr.bth.opcode.info().has_payload);
+    tx::send(cx, &mut qp.counters, dst, &repr, src)?;
+    if wqe.op.is_read_or_atomic() {
+        qp.req.rd_atomic.push_back(psn::add(cur, seg.psns - 1));
     }
+    qp.req.send_pkt += seg.psns;
     Ok(())
 }
 
@@ -247,24 +263,18 @@ fn pump_ud(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         };
         let cur = qp.req.tail_psn;
         qp.req.tail_psn = psn::add(cur, 1);
-        let opcode = match wqe.op {
-            SendOp::SendImm(_) => Opcode::UdSendOnlyImm,
-            _ => Opcode::UdSendOnly,
+        let seg = Segment {
+            position: Position::Only,
+            offset: 0,
+            len: wqe.len,
+            psns: 1,
         };
-        let mut bth = Bth::new(opcode, ud.qpn, cur);
-        bth.solicited = wqe.solicited;
-        let mut repr = PacketRepr::new(bth);
-        repr.deth = Some(Deth {
-            qkey: ud.qkey,
-            src_qp: qp.qpn,
-        });
-        if let SendOp::SendImm(imm) = wqe.op {
-            repr.immdt = Some(imm);
-        }
-        let src = match &wqe.payload {
-            Payload::Inline(b) => PayloadSrc::Bytes(b),
-            Payload::Sges(s) => PayloadSrc::Gather(s, 0, wqe.len),
+        let bth = Bth::new(Opcode::UdSendOnly, ud.qpn, cur);
+        let Some(repr) = request_repr(Transport::Ud, wqe, seg, bth, qp.qpn) else {
+            qp.complete_head(cx, WcStatus::LocQpOpErr, 0);
+            continue;
         };
+        let src = payload_of(wqe, seg, true);
         let status = match tx::send(cx, &mut qp.counters, ud.addr, &repr, src) {
             Ok(()) => WcStatus::Success,
             Err(_) => WcStatus::LocProtErr,
@@ -277,28 +287,105 @@ fn pump_ud(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::wqe::UdDest;
 
-    #[test]
-    fn positions() {
-        assert_eq!(position(0, 1), Pos::Only);
-        assert_eq!(position(0, 3), Pos::First);
-        assert_eq!(position(1, 3), Pos::Middle);
-        assert_eq!(position(2, 3), Pos::Last);
+    fn wqe(op: SendOp, len: usize, npsn: u32) -> SendWqe {
+        SendWqe {
+            wr_id: 1,
+            op,
+            payload: Payload::Inline(vec![7; len]),
+            len,
+            remote_va: 0x1000,
+            rkey: 0x42,
+            signaled: true,
+            solicited: true,
+            ud: None,
+            first_psn: 0,
+            npsn,
+            local_error: None,
+        }
+    }
+
+    fn repr(t: Transport, w: &SendWqe, k: u32, mtu: usize) -> PacketRepr {
+        let seg = segment(w, k, mtu);
+        request_repr(t, w, seg, Bth::new(Opcode::RcAck, 9, k), 3).expect("an opcode")
     }
 
     #[test]
-    fn opcodes_follow_transport() {
+    fn opcodes_and_headers_follow_the_table() {
+        let w = wqe(SendOp::WriteImm(5), 2500, 3);
+        let first = repr(Transport::Rc, &w, 0, 1024);
+        assert_eq!(first.bth.opcode, Opcode::RcWriteFirst);
+        assert_eq!(first.reth.map(|r| r.dma_len), Some(2500));
+        assert_eq!(first.immdt, None);
+        let mid = repr(Transport::Rc, &w, 1, 1024);
+        assert_eq!((mid.bth.opcode, mid.reth), (Opcode::RcWriteMiddle, None));
+        let last = repr(Transport::Rc, &w, 2, 1024);
+        assert_eq!(last.bth.opcode, Opcode::RcWriteLastImm);
+        assert_eq!(last.immdt, Some(5));
+        assert!(last.bth.solicited && !first.bth.solicited);
+
+        let s = wqe(SendOp::Send, 10, 1);
         assert_eq!(
-            data_opcode(QpType::Rc, SendOp::WriteImm(1), Pos::Only),
-            Opcode::RcWriteOnlyImm
+            repr(Transport::Uc, &s, 0, 1024).bth.opcode,
+            Opcode::UcSendOnly
         );
-        assert_eq!(
-            data_opcode(QpType::Uc, SendOp::Send, Pos::Middle),
-            Opcode::UcSendMiddle
+        let s = wqe(SendOp::SendImm(1), 10, 1);
+        let r = repr(Transport::Rc, &s, 0, 1024);
+        assert_eq!((r.bth.opcode, r.immdt), (Opcode::RcSendOnlyImm, Some(1)));
+    }
+
+    #[test]
+    fn read_requests_cover_chunks_of_the_original_ranges() {
+        let mtu = 256;
+        let n = READ_CHUNK + 4;
+        let w = wqe(SendOp::Read, n as usize * mtu - 10, n);
+        let seg = segment(&w, 1, mtu);
+        assert_eq!(seg.psns, READ_CHUNK - 1);
+        let r = repr(Transport::Rc, &w, 1, mtu);
+        assert_eq!(r.bth.opcode, Opcode::RcReadRequest);
+        let reth = r.reth.unwrap();
+        assert_eq!(reth.va, 0x1000 + mtu as u64);
+        assert_eq!(reth.dma_len as usize, (READ_CHUNK as usize - 1) * mtu);
+        let tail = segment(&w, READ_CHUNK, mtu);
+        assert_eq!(tail.psns, 4);
+        assert_eq!(tail.len, 4 * mtu - 10);
+        assert!(!r.bth.solicited);
+    }
+
+    #[test]
+    fn atomics_and_ud_carry_their_extension_headers() {
+        let w = wqe(
+            SendOp::CompSwap {
+                compare: 1,
+                swap: 2,
+            },
+            8,
+            1,
         );
-        assert_eq!(
-            data_opcode(QpType::Rc, SendOp::SendImm(0), Pos::Last),
-            Opcode::RcSendLastImm
-        );
+        let r = repr(Transport::Rc, &w, 0, 1024);
+        assert_eq!(r.bth.opcode, Opcode::RcCompareSwap);
+        let a = r.atomic_eth.unwrap();
+        assert_eq!((a.compare, a.swap_add, a.rkey), (1, 2, 0x42));
+
+        let mut u = wqe(SendOp::SendImm(9), 10, 1);
+        u.ud = Some(UdDest {
+            addr: "127.0.0.1:4791".parse().unwrap(),
+            qpn: 5,
+            qkey: 0x1111,
+        });
+        let r = repr(Transport::Ud, &u, 0, 1024);
+        assert_eq!(r.bth.opcode, Opcode::UdSendOnlyImm);
+        assert_eq!(r.deth.map(|d| (d.qkey, d.src_qp)), Some((0x1111, 3)));
+        assert_eq!(r.immdt, Some(9));
+    }
+
+    #[test]
+    fn operations_a_transport_lacks_have_no_opcode() {
+        let w = wqe(SendOp::Read, 8, 1);
+        let seg = segment(&w, 0, 1024);
+        let bth = Bth::new(Opcode::RcAck, 1, 0);
+        assert!(request_repr(Transport::Uc, &w, seg, bth, 1).is_none());
+        assert!(request_repr(Transport::Ud, &w, seg, bth, 1).is_none());
     }
 }

@@ -3,6 +3,7 @@
 use crate::mr::LocalSge;
 use crate::types::WcOpcode;
 use std::net::SocketAddr;
+use urdma_wire::OpKind;
 
 /// The operation of a send work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +55,28 @@ impl SendOp {
     /// True for atomics.
     pub fn is_atomic(self) -> bool {
         matches!(self, SendOp::CompSwap { .. } | SendOp::FetchAdd { .. })
+    }
+
+    /// The wire operation this performs and its immediate data, if any.
+    pub fn wire_kind(self) -> (OpKind, Option<u32>) {
+        match self {
+            SendOp::Send => (OpKind::Send, None),
+            SendOp::SendImm(imm) => (OpKind::Send, Some(imm)),
+            SendOp::Write => (OpKind::Write, None),
+            SendOp::WriteImm(imm) => (OpKind::Write, Some(imm)),
+            SendOp::Read => (OpKind::ReadRequest, None),
+            SendOp::CompSwap { .. } => (OpKind::CompareSwap, None),
+            SendOp::FetchAdd { .. } => (OpKind::FetchAdd, None),
+        }
+    }
+
+    /// The atomic operands (compare, swap or add) of an atomic.
+    pub fn atomic_operands(self) -> Option<(u64, u64)> {
+        match self {
+            SendOp::CompSwap { compare, swap } => Some((compare, swap)),
+            SendOp::FetchAdd { add } => Some((0, add)),
+            _ => None,
+        }
     }
 
     /// True if the operation names remote memory.
