@@ -204,6 +204,15 @@ impl Engine {
         self.split_from(now, self.local)
     }
 
+    /// QP `qpn` and the context to act on it.
+    fn qp_and_ctx(&mut self, now: u64, qpn: u32) -> crate::Result<(&mut QpCtx, Ctx<'_>)> {
+        let (qps, cx) = self.split(now);
+        let qp = qps
+            .get_mut(&qpn)
+            .ok_or_else(|| crate::Error::NotFound(format!("qp {qpn}")))?;
+        Ok((qp, cx))
+    }
+
     fn split_from(&mut self, now: u64, src: SocketAddr) -> (&mut HashMap<u32, QpCtx>, Ctx<'_>) {
         (
             &mut self.qps,

@@ -232,10 +232,7 @@ impl Engine {
     pub(crate) fn modify_qp(&mut self, now: u64, qpn: u32, attr: &QpAttr, mask: M) -> Result<()> {
         let dev = self.attr.clone();
         let local = self.local;
-        let (qps, mut cx) = self.split(now);
-        let qp = qps
-            .get_mut(&qpn)
-            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        let (qp, mut cx) = self.qp_and_ctx(now, qpn)?;
         let cur = qp.state();
         let to = check_transition(qp.qp_type, cur, mask, attr.qp_state, attr.cur_qp_state)?;
         validate_values(attr, mask, &dev, local)?;
@@ -273,10 +270,7 @@ impl Engine {
 
     /// Post a send work request.
     pub(crate) fn post_send(&mut self, now: u64, qpn: u32, wr: SendRequest) -> Result<()> {
-        let (qps, mut cx) = self.split(now);
-        let qp = qps
-            .get_mut(&qpn)
-            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        let (qp, mut cx) = self.qp_and_ctx(now, qpn)?;
         let state = qp.state();
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(Error::WrongState(state));
@@ -302,10 +296,7 @@ impl Engine {
 
     /// Post a receive work request.
     pub(crate) fn post_recv(&mut self, now: u64, qpn: u32, wr: RecvRequest) -> Result<()> {
-        let (qps, mut cx) = self.split(now);
-        let qp = qps
-            .get_mut(&qpn)
-            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        let (qp, mut cx) = self.qp_and_ctx(now, qpn)?;
         if qp.state() == QpState::Reset {
             return Err(Error::WrongState(QpState::Reset));
         }
