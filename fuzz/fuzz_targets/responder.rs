@@ -27,7 +27,17 @@ fuzz_target!(|data: &[u8]| {
     // SAFETY: buf outlives the engine, which is dropped at the end of this closure.
     let mem = unsafe { MemRegion::from_raw(buf.as_mut_ptr().add(GUARD), REGION) }.unwrap();
     let all = AccessFlags::all();
-    let mr = eng.call(0, RegMr { pd, access: all, iova: 0x10000, mem }).unwrap();
+    let mr = eng
+        .call(
+            0,
+            RegMr {
+                pd,
+                access: all,
+                iova: 0x10000,
+                mem,
+            },
+        )
+        .unwrap();
     let cq = Arc::new(CqShared::new(1, 64));
     let create = CreateQp {
         pd,
@@ -55,9 +65,26 @@ fuzz_target!(|data: &[u8]| {
         dgid: Gid::from_ip(peer.ip()),
         ..AddressVector::default()
     };
-    let m = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    eng.call(0, ModifyQp { qpn, attr: a, mask: m }).unwrap();
-    let ctx = IcrcContext { src: peer, dst: local };
+    let m = M::STATE
+        | M::AV
+        | M::PATH_MTU
+        | M::DEST_QPN
+        | M::RQ_PSN
+        | M::MAX_DEST_RD_ATOMIC
+        | M::MIN_RNR_TIMER;
+    eng.call(
+        0,
+        ModifyQp {
+            qpn,
+            attr: a,
+            mask: m,
+        },
+    )
+    .unwrap();
+    let ctx = IcrcContext {
+        src: peer,
+        dst: local,
+    };
     // The input is a sequence of packets, each prefixed by a one-byte length
     // in 4-byte units; the QPN of each is forced to the QP's so that the
     // responder is reached. The key of the region is patched in where the
@@ -86,6 +113,12 @@ fuzz_target!(|data: &[u8]| {
     }
     drop(eng);
     drop(mr);
-    assert!(buf[..GUARD].iter().all(|&b| b == 0xAA), "write below the region");
-    assert!(buf[GUARD + REGION..].iter().all(|&b| b == 0xAA), "write above the region");
+    assert!(
+        buf[..GUARD].iter().all(|&b| b == 0xAA),
+        "write below the region"
+    );
+    assert!(
+        buf[GUARD + REGION..].iter().all(|&b| b == 0xAA),
+        "write above the region"
+    );
 });
