@@ -38,24 +38,25 @@
 //! Here "datagram" means the UDP payload including the ICRC itself.
 //!
 //! The IPv4 identification and flags are not variant fields: a receiver
-//! computes the ICRC over the values it actually received. Linux sends DF
-//! with identification 0 only from an *unconnected* UDP socket whose
-//! `IP_MTU_DISCOVER` option is `IP_PMTUDISC_DO` (or `IP_PMTUDISC_PROBE`).
-//! With the default `IP_PMTUDISC_WANT` DF is set but the identification is
-//! a per-destination counter, and a `connect`ed socket uses a per-socket
-//! counter; in both cases the ICRC computed here does not match what a
-//! receiver that sees the real IP header computes. Conversely, a peer whose
-//! IPv4 identification is not 0 (such as Linux rxe, which picks a counter
-//! value) sends ICRCs that [`parse`](crate::parse) rejects; use
-//! [`parse_unchecked`](crate::parse_unchecked) to accept such peers.
+//! computes the ICRC over the values it actually received. urdma sends from
+//! an *unconnected* UDP socket whose `IP_MTU_DISCOVER` option is
+//! `IP_PMTUDISC_DO`, for which Linux sends DF with identification 0, so the
+//! pseudo-header above is exactly what a receiver that sees the real IP
+//! header uses. Other senders pick other values (Linux rxe sets DF and a
+//! per-destination counter); [`check_icrc_any_ident`] recovers them from
+//! the ICRC itself, see [`Ipv4Ident`].
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::bth::VARIANT_BYTE;
-use crate::grh::{
-    IPV4_FLAGS_DF, IPV4_HEADER_LEN, IPV4_IDENTIFICATION, IPV4_VERSION_IHL, IPV6_HEADER_LEN,
-    IP_PROTOCOL_UDP,
-};
+use crate::grh::{IPV4_HEADER_LEN, IPV4_VERSION_IHL, IPV6_HEADER_LEN, IP_PROTOCOL_UDP};
+
+mod ident;
+pub use ident::Ipv4Ident;
+
+/// Offset of the IPv4 identification in the ICRC input: after the stand-in
+/// LRH, the version/IHL and TOS bytes and the total length.
+const IPV4_IDENT_OFFSET: usize = LRH_STAND_IN.len() + 4;
 use crate::{WireError, BTH_LEN, ICRC_LEN};
 
 const LRH_STAND_IN: [u8; 8] = [0xFF; 8];
@@ -127,6 +128,16 @@ fn len16(len: usize, datagram_len: usize) -> Result<[u8; 2], WireError> {
 /// [`WireError::AddressFamily`] if the context mixes IPv4 and IPv6, and
 /// [`WireError::TooLong`] if the datagram does not fit in an IP packet.
 pub fn compute_icrc(datagram_without_icrc: &[u8], ctx: &IcrcContext) -> Result<u32, WireError> {
+    compute_icrc_with(datagram_without_icrc, ctx, Ipv4Ident::SENT)
+}
+
+/// [`compute_icrc`] with the given IPv4 identification and DF flag in the
+/// pseudo-header (ignored for IPv6), as another sender may have used.
+pub fn compute_icrc_with(
+    datagram_without_icrc: &[u8],
+    ctx: &IcrcContext,
+    ident: Ipv4Ident,
+) -> Result<u32, WireError> {
     let len = datagram_without_icrc.len();
     let (bth, rest) = datagram_without_icrc
         .split_at_checked(BTH_LEN)
@@ -145,8 +156,7 @@ pub fn compute_icrc(datagram_without_icrc: &[u8], ctx: &IcrcContext) -> Result<u
                 .ok_or(WireError::TooLong(datagram_len))?;
             hasher.update(&[IPV4_VERSION_IHL, MASKED_U8]);
             hasher.update(&len16(total_len, datagram_len)?);
-            hasher.update(&IPV4_IDENTIFICATION.to_be_bytes());
-            hasher.update(&IPV4_FLAGS_DF.to_be_bytes());
+            hasher.update(&ident.wire_bytes());
             hasher.update(&[MASKED_U8, IP_PROTOCOL_UDP]);
             hasher.update(&MASKED_U16.to_be_bytes());
             hasher.update(&src.octets());
@@ -175,11 +185,8 @@ pub fn compute_icrc(datagram_without_icrc: &[u8], ctx: &IcrcContext) -> Result<u
     Ok(hasher.finalize())
 }
 
-/// Checks the ICRC at the end of a complete datagram (BTH .. ICRC).
-///
-/// Fails with [`WireError::BadIcrc`] on a mismatch, and as
-/// [`compute_icrc`] does otherwise.
-pub fn check_icrc(datagram: &[u8], ctx: &IcrcContext) -> Result<(), WireError> {
+/// Splits a complete datagram into its body and the ICRC value it carries.
+fn split_icrc(datagram: &[u8]) -> Result<(&[u8], u32), WireError> {
     let len = datagram.len();
     let body_len = len
         .checked_sub(ICRC_LEN)
@@ -189,10 +196,47 @@ pub fn check_icrc(datagram: &[u8], ctx: &IcrcContext) -> Result<(), WireError> {
         .split_at_checked(body_len)
         .ok_or(WireError::Truncated(len))?;
     let wire: [u8; ICRC_LEN] = icrc.try_into().map_err(|_| WireError::Truncated(len))?;
-    if compute_icrc(body, ctx)? == u32::from_le_bytes(wire) {
+    Ok((body, u32::from_le_bytes(wire)))
+}
+
+/// Checks the ICRC at the end of a complete datagram (BTH .. ICRC), over
+/// the pseudo-header urdma's own packets carry (for IPv4: identification
+/// 0 with DF): all 32 bits of the check.
+///
+/// Fails with [`WireError::BadIcrc`] on a mismatch, and as
+/// [`compute_icrc`] does otherwise.
+pub fn check_icrc(datagram: &[u8], ctx: &IcrcContext) -> Result<(), WireError> {
+    let (body, received) = split_icrc(datagram)?;
+    if compute_icrc(body, ctx)? == received {
         Ok(())
     } else {
         Err(WireError::BadIcrc)
+    }
+}
+
+/// Checks the ICRC of a datagram from any sender, whatever IPv4
+/// identification and DF flag the IP header that carried it held.
+///
+/// A UDP socket does not reveal those fields; this accepts the ICRC if some
+/// value of them makes it valid, and returns that value (`None` for IPv6,
+/// which has neither). The price is 17 of the 32 check bits: see
+/// [`Ipv4Ident`]. Fails as [`check_icrc`] does.
+pub fn check_icrc_any_ident(
+    datagram: &[u8],
+    ctx: &IcrcContext,
+) -> Result<Option<Ipv4Ident>, WireError> {
+    let (body, received) = split_icrc(datagram)?;
+    let computed = compute_icrc(body, ctx)?;
+    match ctx.addrs()? {
+        Addrs::V6(..) if computed == received => Ok(None),
+        Addrs::V6(..) => Err(WireError::BadIcrc),
+        Addrs::V4(..) if computed == received => Ok(Some(Ipv4Ident::SENT)),
+        Addrs::V4(..) => {
+            let crc_input_len = LRH_STAND_IN.len() + IPV4_HEADER_LEN + UDP_HEADER_LEN + body.len();
+            ident::solve(computed, received, crc_input_len)
+                .map(Some)
+                .ok_or(WireError::BadIcrc)
+        }
     }
 }
 

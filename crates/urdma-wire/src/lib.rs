@@ -60,7 +60,9 @@ pub use bth::Bth;
 pub use deth::Deth;
 pub use error::WireError;
 pub use grh::{GrhRepr, GRH_LEN};
-pub use icrc::{check_icrc, compute_icrc, IcrcContext};
+pub use icrc::{
+    check_icrc, check_icrc_any_ident, compute_icrc, compute_icrc_with, IcrcContext, Ipv4Ident,
+};
 pub use ipv4::ipv4_header_sum;
 pub use opcode::{OpKind, Opcode, OpcodeInfo, Position, Transport};
 pub use packet::{build, emit_headers, parse, parse_unchecked, seal, Packet, PacketRepr};
