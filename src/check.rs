@@ -114,27 +114,11 @@ enum Msg {
 // ---------------------------------------------------------------------
 // Deterministic sizes, offsets and contents.
 
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use urdma::rng::{mix, SplitMix64};
 
-/// A small deterministic generator (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64, a: u64, b: u64) -> Self {
-        Rng(mix(seed ^ mix(a ^ mix(b))))
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix(self.0)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
+/// The generator of round `round` of QP `q` in a run seeded with `seed`.
+fn round_rng(seed: u64, q: u64, round: u64) -> SplitMix64 {
+    SplitMix64::new(mix(seed ^ mix(q ^ mix(round))))
 }
 
 /// What a byte stream carries: one per message, plus the READ areas.
@@ -191,7 +175,7 @@ struct Round {
 
 /// A message length: tiny, single packet, around a multiple of the MTU,
 /// large, or (rarely, where allowed) zero.
-fn pick_len(g: &mut Rng, mtu: usize, zero: bool) -> usize {
+fn pick_len(g: &mut SplitMix64, mtu: usize, zero: bool) -> usize {
     match g.below(32) {
         0 if zero => 0,
         0..=7 => 1 + g.below(64),
@@ -204,7 +188,7 @@ fn pick_len(g: &mut Rng, mtu: usize, zero: bool) -> usize {
     }
 }
 
-fn xfer(g: &mut Rng, mtu: usize, zero: bool) -> Xfer {
+fn xfer(g: &mut SplitMix64, mtu: usize, zero: bool) -> Xfer {
     Xfer {
         len: pick_len(g, mtu, zero),
         local: g.below(SKEW),
@@ -213,7 +197,7 @@ fn xfer(g: &mut Rng, mtu: usize, zero: bool) -> Xfer {
 }
 
 fn plan(seed: u64, mtu: usize, q: usize, round: u64) -> Round {
-    let mut g = Rng::new(seed, q as u64, round);
+    let mut g = round_rng(seed, q as u64, round);
     Round {
         write: xfer(&mut g, mtu, true),
         write_imm: xfer(&mut g, mtu, true),
@@ -221,7 +205,7 @@ fn plan(seed: u64, mtu: usize, q: usize, round: u64) -> Round {
         read: xfer(&mut g, mtu, false),
         add: 1 + g.below(1_000_000) as u64,
         cas_fail: g.below(4) == 0,
-        cas_next: g.next() | 1,
+        cas_next: g.next_u64() | 1,
     }
 }
 

@@ -5,13 +5,7 @@
 /// Size of the blocks the checkers generate and compare at a time.
 const BLOCK: usize = 64 * 1024;
 
-/// The splitmix64 output function: a strong 64-bit mixer.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+use urdma::rng::mix;
 
 /// The 8 bytes of pattern `seed` at positions `8 * idx .. 8 * idx + 8`.
 fn word(seed: u64, idx: u64) -> [u8; 8] {

@@ -38,6 +38,7 @@ pub mod error;
 pub mod fabric;
 pub mod mem;
 pub mod mr;
+pub mod rng;
 pub mod types;
 pub mod verbs;
 

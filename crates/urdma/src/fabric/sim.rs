@@ -332,14 +332,6 @@ impl fmt::Debug for SimNet {
     }
 }
 
-/// SplitMix64: spreads a seed into well-mixed, distinct derived seeds.
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
 /// Fold one delivery into a running FNV-1a digest (the first 64 bytes of
 /// the datagram cover every transport header).
 fn digest(mut h: u64, p: &InFlight) -> u64 {
@@ -406,7 +398,7 @@ impl SimNet {
         // 127.0.0.1 .. 127.0.0.255, then 127.0.1.0 and onwards.
         let ip = Ipv4Addr::new(127, (n >> 16) as u8, (n >> 8) as u8, n as u8);
         let addr = SocketAddr::new(IpAddr::V4(ip), urdma_wire::ROCEV2_UDP_PORT);
-        let engine_seed = splitmix64(self.seed ^ splitmix64(n as u64));
+        let engine_seed = crate::rng::mix(self.seed ^ crate::rng::mix(n as u64));
         let engine = Engine::new(addr, attr, Some(engine_seed));
         self.by_addr.insert(addr, i);
         self.devices.push(SimDevice {
