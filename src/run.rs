@@ -26,16 +26,19 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
-/// Where urdma's libibverbs is: `URDMA_LIB_DIR`, else beside this executable.
-fn lib_dir() -> Result<PathBuf> {
+/// Where urdma's libibverbs may be, in order: `URDMA_LIB_DIR`; beside
+/// this executable (an installed layout); the `deps` folder beside it,
+/// where cargo leaves the library when it builds the `urdma` command.
+fn lib_dirs() -> Result<Vec<PathBuf>> {
     if let Some(d) = std::env::var_os("URDMA_LIB_DIR") {
-        return Ok(PathBuf::from(d));
+        return Ok(vec![PathBuf::from(d)]);
     }
     let exe = std::env::current_exe().context("cannot locate the urdma executable")?;
-    Ok(exe
+    let dir = exe
         .parent()
         .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from(".")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    Ok(vec![dir.clone(), dir.join("deps")])
 }
 
 /// A private directory of this user under the temporary directory.
@@ -63,21 +66,21 @@ fn private_dir(lib: &Path) -> Result<PathBuf> {
 
 /// A directory holding a `libibverbs.so.1` that is urdma's library.
 fn soname_dir() -> Result<PathBuf> {
-    let dir = lib_dir()?;
-    if dir.join(SONAME).exists() {
-        return Ok(dir);
+    let dirs = lib_dirs()?;
+    if let Some(d) = dirs.iter().find(|d| d.join(SONAME).exists()) {
+        return Ok(d.clone());
     }
-    let built = dir.join(BUILT);
-    if !built.exists() {
+    let Some(dir) = dirs.into_iter().find(|d| d.join(BUILT).exists()) else {
         bail!(
-            "no {SONAME} or {BUILT} in {} (build it with `cargo build -p libibverbs`, \
-             or set URDMA_LIB_DIR)",
-            dir.display()
+            "no {SONAME} or {BUILT} beside the urdma executable (build urdma with \
+             `cargo build --release`, which builds the library too, or set URDMA_LIB_DIR)"
         );
-    }
-    // Next to the library if the directory is writable, else in a
-    // private directory of this user.
-    if symlink(BUILT, dir.join(SONAME)).is_ok() {
+    };
+    let built = dir.join(BUILT);
+    // Next to the library if the directory is writable (and holds no
+    // other libraries: not cargo's `deps`), else in a private directory of
+    // this user.
+    if !dir.ends_with("deps") && symlink(BUILT, dir.join(SONAME)).is_ok() {
         return Ok(dir);
     }
     let built = built.canonicalize()?;

@@ -1,9 +1,10 @@
 //! `urdma stat`: counters of the urdma devices open in running processes,
-//! in the manner of `rdma statistic`.
+//! and the last counters of devices whose process has closed them or
+//! ended, in the manner of `rdma statistic`.
 
 use anyhow::Result;
 use clap::Args;
-use urdma::fabric::stats::{read_all, stats_dir};
+use urdma::fabric::stats::{read_all, stats_dir, Published};
 
 /// Arguments of `urdma stat`.
 #[derive(Args)]
@@ -28,6 +29,46 @@ fn fields(c: &urdma::engine::Counters, all: bool) -> String {
         .join(" ")
 }
 
+/// How an ended device's record is marked.
+fn ended_mark(p: &Published) -> String {
+    match p.stats.closed_at {
+        Some(t) => {
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t);
+            format!(
+                "[closed {}: final counters]",
+                humantime::format_rfc3339_seconds(at)
+            )
+        }
+        None => "[process ended without closing: counters as last published]".into(),
+    }
+}
+
+fn print(p: &Published, a: &StatArgs) {
+    let d = &p.stats;
+    let mark = if p.live {
+        String::new()
+    } else {
+        format!(" {}", ended_mark(p))
+    };
+    println!(
+        "link {}/1 pid {} addr {}{mark} {}",
+        d.device,
+        d.pid,
+        d.addr,
+        fields(&d.counters, a.all)
+    );
+    if a.qp {
+        for q in &d.qps {
+            println!(
+                "  qp {} state {:?} {}",
+                q.qpn,
+                q.state,
+                fields(&q.counters, a.all)
+            );
+        }
+    }
+}
+
 /// Run `urdma stat`.
 pub fn run(a: &StatArgs) -> Result<()> {
     let devs = read_all();
@@ -35,30 +76,23 @@ pub fn run(a: &StatArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&devs)?);
         return Ok(());
     }
-    if devs.is_empty() {
+    let (live, ended): (Vec<&Published>, Vec<&Published>) = devs.iter().partition(|p| p.live);
+    if live.is_empty() {
         println!(
-            "no open urdma devices (counters are published in {})",
+            "no urdma device is open in any process (open devices publish their counters in {})",
             stats_dir().display()
         );
-        return Ok(());
     }
-    for d in &devs {
-        println!(
-            "link {}/1 pid {} addr {} {}",
-            d.device,
-            d.pid,
-            d.addr,
-            fields(&d.counters, a.all)
-        );
-        if a.qp {
-            for q in &d.qps {
-                println!(
-                    "  qp {} state {:?} {}",
-                    q.qpn,
-                    q.state,
-                    fields(&q.counters, a.all)
-                );
-            }
+    for p in &live {
+        print(p, a);
+    }
+    if !ended.is_empty() {
+        if !live.is_empty() {
+            println!();
+        }
+        println!("last counters of devices no longer open:");
+        for p in &ended {
+            print(p, a);
         }
     }
     Ok(())

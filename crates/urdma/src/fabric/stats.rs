@@ -1,11 +1,15 @@
 //! Publishing counters so that `urdma stat` in another process can read
 //! them: each open device writes a small JSON file, refreshed at most once
-//! a second while it is busy, and removes it when it closes.
+//! a second while it is busy. When the device closes, its file keeps the
+//! final counters, marked with the time it closed, as `rdma statistic`
+//! keeps a kernel device's counters; only the newest such record of each
+//! device name and address is kept. A process that dies without closing
+//! leaves its last published counters, which read back as ended too.
 
 use crate::engine::{Counters, Engine};
 use crate::types::QpState;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// How often a busy device rewrites its file, in ns.
 pub const PUBLISH_INTERVAL_NS: u64 = 1_000_000_000;
@@ -34,6 +38,23 @@ pub struct DeviceStats {
     pub counters: Counters,
     /// Per-QP counters.
     pub qps: Vec<QpStats>,
+    /// When the device was closed (seconds since the Unix epoch): these
+    /// are its final counters. None while it is open.
+    #[serde(default)]
+    pub closed_at: Option<u64>,
+}
+
+/// A published snapshot as `urdma stat` sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Published {
+    /// The snapshot.
+    #[serde(flatten)]
+    pub stats: DeviceStats,
+    /// The device is open in a running process: the counters are live
+    /// (refreshed at most once a second). False: the process closed the
+    /// device (`closed_at` is set) or ended without closing it, and these
+    /// are the last counters it published.
+    pub live: bool,
 }
 
 /// Folder of the published files: `URDMA_STATS_DIR`, else
@@ -68,42 +89,152 @@ pub fn snapshot(name: &str, eng: &Engine) -> DeviceStats {
                 })
             })
             .collect(),
+        closed_at: None,
     }
 }
 
-/// The file a device of this process publishes to.
-pub fn stats_file(name: &str) -> PathBuf {
-    stats_dir().join(format!("{}-{name}.json", std::process::id()))
+/// The file in `dir` the device `name` of process `pid` publishes to.
+fn stats_file(dir: &Path, pid: u32, name: &str) -> PathBuf {
+    dir.join(format!("{pid}-{name}.json"))
 }
 
 /// Write a snapshot (atomically, through a temporary file).
 pub fn publish(s: &DeviceStats) -> std::io::Result<()> {
-    let dir = stats_dir();
-    std::fs::create_dir_all(&dir)?;
-    let path = stats_file(&s.device);
+    publish_in(&stats_dir(), s)
+}
+
+fn publish_in(dir: &Path, s: &DeviceStats) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let path = stats_file(dir, s.pid, &s.device);
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, serde_json::to_vec(s).map_err(std::io::Error::other)?)?;
     std::fs::rename(tmp, path)
 }
 
-/// Remove this process's file for `name`.
-pub fn unpublish(name: &str) {
-    let _ = std::fs::remove_file(stats_file(name));
+/// Mark this process's file for the device `s` as its final counters,
+/// and remove older final records of the same device name and address.
+pub fn publish_final(s: DeviceStats) {
+    publish_final_in(&stats_dir(), s)
 }
 
-/// Read every published snapshot of live processes (stale files of dead
-/// processes are skipped).
-pub fn read_all() -> Vec<DeviceStats> {
-    let Ok(rd) = std::fs::read_dir(stats_dir()) else {
+fn publish_final_in(dir: &Path, mut s: DeviceStats) {
+    s.closed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs());
+    let mine = stats_file(dir, s.pid, &s.device);
+    for old in read_files(dir) {
+        let (path, o) = old;
+        if path != mine && o.device == s.device && o.addr == s.addr && !process_alive(o.pid) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    if let Err(e) = publish_in(dir, &s) {
+        tracing::debug!(error = %e, "cannot publish final counters");
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Every readable snapshot file with its path.
+fn read_files(dir: &Path) -> Vec<(PathBuf, DeviceStats)> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut v: Vec<DeviceStats> = rd
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| std::fs::read(e.path()).ok())
-        .filter_map(|b| serde_json::from_slice::<DeviceStats>(&b).ok())
-        .filter(|s| std::path::Path::new(&format!("/proc/{}", s.pid)).exists())
+    rd.flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter_map(|p| {
+            let s = serde_json::from_slice::<DeviceStats>(&std::fs::read(&p).ok()?).ok()?;
+            Some((p, s))
+        })
+        .collect()
+}
+
+/// Every published snapshot: devices open in running processes (live),
+/// then the last counters of devices whose process closed them or ended,
+/// newest first; of ended ones, only the newest per device name and
+/// address.
+pub fn read_all() -> Vec<Published> {
+    read_all_in(&stats_dir())
+}
+
+fn read_all_in(dir: &Path) -> Vec<Published> {
+    let mut v: Vec<Published> = read_files(dir)
+        .into_iter()
+        .map(|(_, stats)| Published {
+            live: stats.closed_at.is_none() && process_alive(stats.pid),
+            stats,
+        })
         .collect();
-    v.sort_by(|a, b| (a.pid, &a.device).cmp(&(b.pid, &b.device)));
+    v.sort_by(|a, b| {
+        (
+            !a.live,
+            std::cmp::Reverse(a.stats.closed_at),
+            a.stats.pid,
+            &a.stats.device,
+        )
+            .cmp(&(
+                !b.live,
+                std::cmp::Reverse(b.stats.closed_at),
+                b.stats.pid,
+                &b.stats.device,
+            ))
+    });
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|p| p.live || seen.insert((p.stats.device.clone(), p.stats.addr.clone())));
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(pid: u32, device: &str, closed_at: Option<u64>) -> DeviceStats {
+        DeviceStats {
+            pid,
+            device: device.into(),
+            addr: "127.0.0.1:4791".into(),
+            counters: Counters::default(),
+            qps: Vec::new(),
+            closed_at,
+        }
+    }
+
+    #[test]
+    fn ended_devices_keep_their_newest_record_only() {
+        let dir = std::env::temp_dir().join(format!("urdma-stats-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let me = std::process::id();
+        // A dead process's records (pid beyond pid_max), closed or not.
+        let dead = 4_194_304 + 10;
+        for (pid, dev, closed) in [
+            (dead, "urdma0", Some(100)),
+            (dead + 1, "urdma0", Some(200)),
+            (dead + 2, "urdma1", None),
+        ] {
+            let s = stats(pid, dev, closed);
+            std::fs::write(
+                dir.join(format!("{pid}-{dev}.json")),
+                serde_json::to_vec(&s).unwrap(),
+            )
+            .unwrap();
+        }
+        publish_in(&dir, &stats(me, "urdma0", None)).unwrap();
+        let all = read_all_in(&dir);
+        let seen: Vec<(u32, bool)> = all.iter().map(|p| (p.stats.pid, p.live)).collect();
+        assert_eq!(seen, [(me, true), (dead + 1, false), (dead + 2, false)]);
+        // Closing keeps this process's final record and drops the older
+        // dead ones of the same device.
+        publish_final_in(&dir, stats(me, "urdma0", None));
+        let all = read_all_in(&dir);
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].stats.pid, me);
+        assert!(!all[0].live && all[0].stats.closed_at.is_some());
+        assert_eq!(all[1].stats.pid, dead + 2);
+        assert!(!dir.join(format!("{dead}-urdma0.json")).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -345,6 +345,7 @@ impl UdpDriver {
             }
             self.flush(eng);
         }
-        stats::unpublish(&self.name);
+        let last = stats::snapshot(&self.name, &self.lock());
+        stats::publish_final(last);
     }
 }
