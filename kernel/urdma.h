@@ -10,20 +10,10 @@
 #include <linux/list.h>
 #include <linux/netdevice.h>
 #include <rdma/ib_verbs.h>
+#include "urdma_limits.h"
 
 #define URDMA_UVERBS_ABI_VERSION	1
 #define URDMA_GID_TABLE_LEN		32
-#define URDMA_VENDOR_ID			0xffffff
-#define URDMA_MAX_QP			16384
-#define URDMA_MAX_QP_WR			16384
-#define URDMA_MAX_SGE			32
-#define URDMA_MAX_CQ			16384
-#define URDMA_MAX_CQE			(1 << 20)
-#define URDMA_MAX_MR			(1 << 20)
-#define URDMA_MAX_PD			(1 << 16)
-#define URDMA_MAX_RD_ATOM		64
-#define URDMA_MAX_SRQ			16384
-#define URDMA_MAX_MSG_SIZE		0x80000000u
 
 struct urdma_dev {
 	struct ib_device ibdev;

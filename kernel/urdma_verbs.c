@@ -20,15 +20,14 @@ static int urdma_query_device(struct ib_device *ibdev,
 	memset(attr, 0, sizeof(*attr));
 	attr->fw_ver = 1;
 	attr->sys_image_guid = ibdev->node_guid;
-	attr->max_mr_size = 1ULL << 40;
-	attr->page_size_cap = 0xfffff000;
+	attr->max_mr_size = URDMA_MAX_MR_SIZE;
+	attr->page_size_cap = URDMA_PAGE_SIZE_CAP;
 	attr->vendor_id = URDMA_VENDOR_ID;
 	attr->vendor_part_id = 0;
 	attr->hw_ver = 0;
 	attr->max_qp = URDMA_MAX_QP;
 	attr->max_qp_wr = URDMA_MAX_QP_WR;
-	attr->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN |
-				 IB_DEVICE_SRQ_RESIZE;
+	attr->device_cap_flags = URDMA_DEVICE_CAP_FLAGS;
 	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
 	attr->max_send_sge = URDMA_MAX_SGE;
 	attr->max_recv_sge = URDMA_MAX_SGE;
@@ -37,15 +36,16 @@ static int urdma_query_device(struct ib_device *ibdev,
 	attr->max_cqe = URDMA_MAX_CQE;
 	attr->max_mr = URDMA_MAX_MR;
 	attr->max_pd = URDMA_MAX_PD;
-	attr->max_qp_rd_atom = URDMA_MAX_RD_ATOM;
-	attr->max_qp_init_rd_atom = URDMA_MAX_RD_ATOM;
-	attr->max_res_rd_atom = URDMA_MAX_RD_ATOM * URDMA_MAX_QP;
+	attr->max_qp_rd_atom = URDMA_MAX_QP_RD_ATOM;
+	attr->max_qp_init_rd_atom = URDMA_MAX_QP_INIT_RD_ATOM;
+	attr->max_res_rd_atom = URDMA_MAX_QP_RD_ATOM * URDMA_MAX_QP;
 	attr->atomic_cap = IB_ATOMIC_HCA;
 	attr->max_srq = URDMA_MAX_SRQ;
 	attr->max_srq_wr = URDMA_MAX_QP_WR;
 	attr->max_srq_sge = URDMA_MAX_SGE;
-	attr->max_pkeys = 1;
-	attr->local_ca_ack_delay = 15;
+	attr->max_pkeys = URDMA_MAX_PKEYS;
+	attr->max_ah = URDMA_MAX_AH;
+	attr->local_ca_ack_delay = URDMA_LOCAL_CA_ACK_DELAY;
 	return 0;
 }
 

@@ -19,12 +19,8 @@ const WIDTH_1X: u8 = 1;
 const SPEED_EDR: u8 = 32;
 /// `ibv_port_attr::phys_state`: LinkUp.
 const PHYS_STATE_LINK_UP: u8 = 5;
-/// Address handles per device.
-pub const MAX_AH: u32 = 1 << 16;
-/// Shared receive queues per device.
-pub const MAX_SRQ: u32 = 1 << 14;
-/// `local_ca_ack_delay` reported (4.096 us * 2^15, as common HCAs report).
-const LOCAL_CA_ACK_DELAY: u8 = 15;
+use crate::limits::{device_cap_flags, LOCAL_CA_ACK_DELAY, MAX_PKEYS};
+pub use crate::limits::{MAX_AH, MAX_SRQ};
 
 /// A device as `ibv_get_device_list` hands it out. Devices live for the
 /// whole process, as libibverbs' do.
@@ -297,8 +293,7 @@ pub fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
     let i = |v: u32| v.min(i32::MAX as u32) as c_int;
     d.max_qp = i(a.max_qp);
     d.max_qp_wr = i(a.max_qp_wr);
-    d.device_cap_flags =
-        IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CURR_QP_STATE_MOD;
+    d.device_cap_flags = device_cap_flags();
     d.max_sge = i(a.max_sge);
     d.max_sge_rd = i(a.max_sge);
     d.max_cq = i(a.max_cq);
@@ -313,7 +308,7 @@ pub fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
     d.max_srq = i(MAX_SRQ);
     d.max_srq_wr = i(a.max_qp_wr);
     d.max_srq_sge = i(a.max_sge);
-    d.max_pkeys = 1;
+    d.max_pkeys = MAX_PKEYS;
     d.local_ca_ack_delay = LOCAL_CA_ACK_DELAY;
     d.phys_port_cnt = a.phys_port_cnt;
     d

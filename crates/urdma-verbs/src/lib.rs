@@ -38,6 +38,7 @@ pub mod device;
 pub mod events;
 pub mod gid;
 pub mod handles;
+pub mod limits;
 pub mod misc;
 pub mod pd;
 pub mod post;

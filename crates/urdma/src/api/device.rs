@@ -136,7 +136,7 @@ impl Device {
             active_mtu: Mtu::Mtu4096,
             gid_tbl_len: 1,
             pkey_tbl_len: 1,
-            max_msg_sz: 1 << 31,
+            max_msg_sz: crate::verbs::MAX_MSG_SZ,
             phys_state: 5,
             link_layer_ethernet: true,
         }

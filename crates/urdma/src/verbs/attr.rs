@@ -210,6 +210,9 @@ impl Default for DeviceAttr {
     }
 }
 
+/// The largest message a urdma port carries (`ibv_port_attr::max_msg_sz`).
+pub const MAX_MSG_SZ: u32 = 1 << 31;
+
 /// Port attributes (`ibv_port_attr`) of a RoCE v2 port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortAttr {

@@ -5,5 +5,5 @@ pub mod attr;
 pub mod gid;
 pub mod modify;
 
-pub use attr::{AddressVector, DeviceAttr, PortAttr, QpAttr, QpCap};
+pub use attr::{AddressVector, DeviceAttr, PortAttr, QpAttr, QpCap, MAX_MSG_SZ};
 pub use gid::Gid;
