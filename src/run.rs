@@ -21,6 +21,10 @@ pub struct RunArgs {
     /// without it, the usual device discovery applies.
     #[arg(long)]
     addr: Option<IpAddr>,
+    /// Capture every packet of the program's devices into this pcap file
+    /// (sets URDMA_PCAP; `%p` in the name becomes the process id).
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
     command: Vec<OsString>,
@@ -106,6 +110,9 @@ pub fn run(a: &RunArgs) -> Result<()> {
     cmd.args(&a.command[1..]).env("LD_LIBRARY_PATH", path);
     if let Some(ip) = a.addr {
         cmd.env("URDMA_ADDR", ip.to_string());
+    }
+    if let Some(f) = &a.pcap {
+        cmd.env("URDMA_PCAP", f);
     }
     let err = cmd.exec();
     let code = match err.kind() {

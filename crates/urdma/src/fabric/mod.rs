@@ -1,6 +1,7 @@
 //! Fabrics: how datagrams leave and reach a device's engine.
 
 pub mod batch;
+pub mod capture;
 pub mod sim;
 pub mod stats;
 pub mod udp;

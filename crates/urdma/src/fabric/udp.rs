@@ -172,6 +172,13 @@ impl UdpDriver {
         use std::os::fd::AsRawFd;
         let items: Vec<(SocketAddr, &[u8])> =
             out.iter().map(|t| (t.dst, t.data.as_slice())).collect();
+        // Recorded before sending, so that no answer precedes its request
+        // in the capture.
+        if let Some(cap) = super::capture::global() {
+            for (dst, data) in &items {
+                cap.record(self.local, *dst, data);
+            }
+        }
         let failed = super::batch::send_all(self.socket.as_raw_fd(), &items);
         drop(sending);
         if failed > 0 {
@@ -315,6 +322,15 @@ impl UdpDriver {
                 Ok(false) => Err(std::io::ErrorKind::TimedOut.into()),
                 Err(e) => Err(e),
             };
+            if let (Ok(_), Some(cap)) = (&got, super::capture::global()) {
+                for (src, data) in batch.iter() {
+                    if let (Some(src), Some(data)) = (src, data) {
+                        if !data.is_empty() {
+                            cap.record(src, self.local, data);
+                        }
+                    }
+                }
+            }
             let mut eng = self.lock();
             // Awake: posters need not wake this thread until it sleeps again.
             self.sleeping_until.store(0, Ordering::Release);
@@ -344,6 +360,9 @@ impl UdpDriver {
                 eng.handle_timeouts(now);
             }
             self.flush(eng);
+        }
+        if let Some(cap) = super::capture::global() {
+            cap.flush();
         }
         let last = stats::snapshot(&self.name, &self.lock());
         stats::publish_final(last);

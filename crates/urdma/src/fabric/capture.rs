@@ -1,0 +1,243 @@
+//! Packet capture: every datagram a device sends or receives, written to a
+//! pcap file with Ethernet, IPv4 (or IPv6) and UDP headers around it, so
+//! Wireshark and tshark decode it as RoCEv2 (InfiniBand over UDP port 4791).
+//!
+//! Turned on per process by `URDMA_PCAP=FILE` (a `%p` in FILE becomes the
+//! process id, so several processes can capture at once); all devices of the
+//! process write to that file. The file stops growing at
+//! `URDMA_PCAP_LIMIT` bytes (default [`DEFAULT_LIMIT`]); the packets after
+//! that are not written and the stop is logged once. Off, a capture point
+//! costs one test of a value read once per process.
+//!
+//! The headers are rebuilt, not read off the wire: MAC addresses are
+//! locally administered ones made from the IP address, IPv4 carries DF with
+//! identification 0 and TTL 64, as urdma's own sockets send, and the UDP
+//! checksum is computed. A received packet's real IP identification, TTL
+//! and UDP source port are whatever its sender chose; the capture shows the
+//! source address and port the socket reported and the fixed IP fields.
+
+use etherparse::{IpHeaders, IpNumber, Ipv4Header, PacketBuilder};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Largest capture file unless `URDMA_PCAP_LIMIT` says otherwise.
+pub const DEFAULT_LIMIT: u64 = 256 << 20;
+
+/// A pcap file being written.
+pub struct Capture {
+    inner: Mutex<Inner>,
+    limit: u64,
+}
+
+struct Inner {
+    writer: Option<BufWriter<File>>,
+    written: u64,
+}
+
+/// Bytes a record takes in the file besides the frame: the record header.
+const RECORD_HEADER: u64 = 16;
+/// Largest frame recorded whole (the file header's snapshot length).
+const SNAPLEN: u32 = 65535;
+/// pcap link type of Ethernet frames.
+const LINKTYPE_ETHERNET: u32 = 1;
+
+/// The pcap file header: microsecond timestamps, version 2.4, Ethernet.
+fn file_header() -> [u8; 24] {
+    let mut h = [0u8; 24];
+    h[0..4].copy_from_slice(&0xA1B2_C3D4u32.to_le_bytes());
+    h[4..6].copy_from_slice(&2u16.to_le_bytes());
+    h[6..8].copy_from_slice(&4u16.to_le_bytes());
+    h[16..20].copy_from_slice(&SNAPLEN.to_le_bytes());
+    h[20..24].copy_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
+    h
+}
+
+/// A record header: the time and the frame's length.
+fn record_header(ts: std::time::Duration, len: usize) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[0..4].copy_from_slice(&(ts.as_secs() as u32).to_le_bytes());
+    h[4..8].copy_from_slice(&ts.subsec_micros().to_le_bytes());
+    h[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+    h[12..16].copy_from_slice(&(len as u32).to_le_bytes());
+    h
+}
+
+impl Capture {
+    /// Create (truncate) `path` and write the pcap file header; the file
+    /// holds at most `limit` bytes.
+    pub fn create(path: &std::path::Path, limit: u64) -> std::io::Result<Capture> {
+        let mut writer = BufWriter::new(File::create(path)?);
+        writer.write_all(&file_header())?;
+        Ok(Capture {
+            inner: Mutex::new(Inner {
+                writer: Some(writer),
+                written: 24,
+            }),
+            limit,
+        })
+    }
+
+    /// Record one UDP datagram from `src` to `dst` (the UDP payload, BTH
+    /// through ICRC).
+    pub fn record(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
+        let Some(frame) = frame(src, dst, payload) else {
+            return;
+        };
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let size = RECORD_HEADER + frame.len() as u64;
+        let full = g.written + size > self.limit;
+        let Some(w) = g.writer.as_mut() else {
+            return;
+        };
+        let result = if full {
+            tracing::warn!(
+                limit = self.limit,
+                "packet capture full: later packets not written"
+            );
+            w.flush().and(Err(std::io::ErrorKind::FileTooLarge.into()))
+        } else {
+            w.write_all(&record_header(ts, frame.len()))
+                .and_then(|()| w.write_all(&frame))
+        };
+        match result {
+            Ok(()) => g.written += size,
+            Err(e) => {
+                if !full {
+                    tracing::warn!(error = %e, "packet capture stopped");
+                }
+                g.writer = None;
+            }
+        }
+    }
+
+    /// Write buffered records to the file.
+    pub fn flush(&self) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = g.writer.as_mut() {
+            let _ = w.flush();
+        }
+    }
+}
+
+/// A locally administered MAC address made from an IP address.
+fn mac_of(ip: IpAddr) -> [u8; 6] {
+    let b = match ip {
+        IpAddr::V4(v4) => v4.octets(),
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            [o[12], o[13], o[14], o[15]]
+        }
+    };
+    [0x02, 0x00, b[0], b[1], b[2], b[3]]
+}
+
+/// An Ethernet frame carrying `payload` in UDP from `src` to `dst`; None
+/// when the addresses are of different families or the payload cannot be
+/// carried in one IP packet.
+pub fn frame(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Option<Vec<u8>> {
+    let eth = PacketBuilder::ethernet2(mac_of(src.ip()), mac_of(dst.ip()));
+    let ip = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut h = Ipv4Header::new(0, 64, IpNumber::UDP, s.octets(), d.octets()).ok()?;
+            h.dont_fragment = true;
+            eth.ip(IpHeaders::Ipv4(h, Default::default()))
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => eth.ipv6(s.octets(), d.octets(), 64),
+        _ => return None,
+    };
+    let udp = ip.udp(src.port(), dst.port());
+    let mut out = Vec::with_capacity(udp.size(payload.len()));
+    udp.write(&mut out, payload).ok()?;
+    Some(out)
+}
+
+/// The capture of this process, opened on first use from `URDMA_PCAP`.
+pub fn global() -> Option<&'static Capture> {
+    static CAPTURE: OnceLock<Option<Capture>> = OnceLock::new();
+    CAPTURE
+        .get_or_init(|| {
+            let path = std::env::var_os("URDMA_PCAP")?;
+            let path = path
+                .to_string_lossy()
+                .replace("%p", &std::process::id().to_string());
+            let limit = match std::env::var("URDMA_PCAP_LIMIT") {
+                Ok(v) => match v.parse() {
+                    Ok(n) => n,
+                    Err(_) => {
+                        tracing::warn!(value = %v, "URDMA_PCAP_LIMIT is not a byte count; using the default");
+                        DEFAULT_LIMIT
+                    }
+                },
+                Err(_) => DEFAULT_LIMIT,
+            };
+            match Capture::create(path.as_ref(), limit) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::warn!(%path, error = %e, "cannot create the packet capture");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcap_file::pcap::PcapReader;
+
+    #[test]
+    fn frames_are_ethernet_ipv4_udp_with_df_and_checksums() {
+        let src: SocketAddr = "127.0.0.1:4791".parse().unwrap();
+        let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let f = frame(src, dst, &[0xAB; 30]).unwrap();
+        assert_eq!(f.len(), 14 + 20 + 8 + 30);
+        assert_eq!(&f[12..14], &[0x08, 0x00]);
+        let ip = &f[14..34];
+        assert_eq!(ip[0], 0x45);
+        assert_eq!(&ip[4..8], &[0, 0, 0x40, 0], "identification 0, DF");
+        assert_eq!(ip[9], 17);
+        assert_eq!(
+            urdma_wire::ipv4_header_sum(ip.try_into().unwrap()),
+            0xFFFF,
+            "valid header checksum"
+        );
+        assert_eq!(&f[34..36], &4791u16.to_be_bytes());
+        assert_eq!(&f[38..40], &38u16.to_be_bytes());
+        assert!(frame(src, "[::1]:4791".parse().unwrap(), &[]).is_none());
+    }
+
+    #[test]
+    fn capture_file_reads_back_and_stops_at_its_limit() {
+        let path = std::env::temp_dir().join(format!("urdma-cap-{}.pcap", std::process::id()));
+        let frame_len = 14 + 20 + 8 + 100;
+        // Room for the file header and exactly two records.
+        let limit = 24 + 2 * (16 + frame_len as u64);
+        let cap = Capture::create(&path, limit).unwrap();
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "169.254.1.1:4791".parse().unwrap(),
+            "169.254.1.2:4791".parse().unwrap(),
+        );
+        for i in 0..5u8 {
+            cap.record(a, b, &[i; 100]);
+        }
+        cap.flush();
+        let mut r = PcapReader::new(File::open(&path).unwrap()).unwrap();
+        let mut n = 0;
+        while let Some(p) = r.next_packet() {
+            let p = p.unwrap();
+            assert_eq!(p.data.len(), frame_len);
+            assert_eq!(p.data[frame_len - 1], n);
+            n += 1;
+        }
+        assert_eq!(n, 2);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), limit);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
