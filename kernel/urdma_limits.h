@@ -18,8 +18,8 @@
 #define URDMA_MAX_CQE               1048576
 #define URDMA_MAX_MR                1048576
 #define URDMA_MAX_PD                65536
-#define URDMA_MAX_QP_RD_ATOM        64
-#define URDMA_MAX_QP_INIT_RD_ATOM   64
+#define URDMA_MAX_QP_RD_ATOM        128
+#define URDMA_MAX_QP_INIT_RD_ATOM   128
 #define URDMA_MAX_AH                65536
 #define URDMA_MAX_SRQ               16384
 #define URDMA_MAX_PKEYS             1

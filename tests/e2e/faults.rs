@@ -92,7 +92,7 @@ fn reseal(d: &mut [u8], ctx: &IcrcContext) {
 }
 
 /// Raw datagrams: truncated, bad ICRC, unknown opcode, bad version,
-/// garbage, and a well-formed WRITE from a stranger; the peer counts
+/// garbage, and a well-formed WRITE from a stranger's address; the peer counts
 /// them, changes no memory, and a normal transfer works afterwards.
 pub fn malformed_packets() {
     let mut f = Fixture::new();
@@ -129,8 +129,21 @@ pub fn malformed_packets() {
     for d in header.iter().chain(icrc.iter()) {
         sock.send_to(d, to).unwrap();
     }
-    // The well-formed WRITE from a foreign port must be ignored.
-    sock.send_to(&good, to).unwrap();
+    // The well-formed WRITE from another address (the same subnet's next
+    // host) must be ignored: an RC QP takes packets from its peer's
+    // address only (any UDP source port, so not the port, tells them).
+    let stranger_ip = match f.ip {
+        std::net::IpAddr::V4(v4) => {
+            let o = v4.octets();
+            std::net::IpAddr::V4(std::net::Ipv4Addr::new(o[0], o[1], o[2], 3))
+        }
+        other => other,
+    };
+    assert_ne!(stranger_ip, f.ip);
+    let stranger = UdpSocket::bind(SocketAddr::new(stranger_ip, 0)).unwrap();
+    let sctx = IcrcContext::new(stranger.local_addr().unwrap(), to);
+    let from_stranger = urdma_wire::build(&write, &[0xEE; 16], &sctx).unwrap();
+    stranger.send_to(&from_stranger, to).unwrap();
     let (h, i) = (header.len() as u64, icrc.len() as u64);
     let c = peer_counters_until(&mut f, |c| {
         c[Counter::HeaderErrors] >= before[Counter::HeaderErrors] + h

@@ -76,6 +76,18 @@ fn check_unique(devs: &[DeviceConfig]) -> Result<()> {
     Ok(())
 }
 
+/// The MTU of the interface that holds `addr` (from sysfs), if any does.
+pub fn interface_mtu(addr: IpAddr) -> Option<u32> {
+    let itf = if_addrs::get_if_addrs()
+        .ok()?
+        .into_iter()
+        .find(|i| i.ip() == addr)?;
+    // An alias label ("eth0:1") names its interface before the colon.
+    let name = itf.name.split(':').next()?;
+    let mtu = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).ok()?;
+    mtu.trim().parse().ok()
+}
+
 /// One device per IPv4 address of the up interfaces.
 pub fn from_interfaces(port: u16) -> Result<Vec<DeviceConfig>> {
     let ifs = if_addrs::get_if_addrs()?;

@@ -145,6 +145,23 @@ impl Mtu {
             _ => return None,
         })
     }
+    /// The active MTU of a RoCE port on an interface of MTU `netdev_mtu`
+    /// bytes: the largest IB MTU that fits once the largest RoCE headers
+    /// are taken off (GRH/IP 40, UDP 8, BTH 12, XRC 4, AtomicETH 28, ICRC
+    /// 4: 96 bytes), as Linux computes it for RoCE devices. None below 256.
+    pub fn for_netdev(netdev_mtu: u32) -> Option<Self> {
+        const ROCE_HEADROOM: u32 = 96;
+        let room = netdev_mtu.saturating_sub(ROCE_HEADROOM);
+        [
+            Mtu::Mtu4096,
+            Mtu::Mtu2048,
+            Mtu::Mtu1024,
+            Mtu::Mtu512,
+            Mtu::Mtu256,
+        ]
+        .into_iter()
+        .find(|m| m.bytes() as u32 <= room)
+    }
     /// From the verbs.h enum value.
     pub fn from_raw(v: u32) -> Option<Self> {
         Some(match v {

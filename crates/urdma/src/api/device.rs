@@ -86,6 +86,11 @@ pub fn device_attr_for(config: &DeviceConfig) -> DeviceAttr {
     let mut attr = DeviceAttr::default();
     attr.node_guid = node_guid(&local);
     attr.sys_image_guid = attr.node_guid;
+    // The port MTU follows the interface; an address on no interface
+    // (a test's simulated one) keeps the largest.
+    if let Some(mtu) = crate::config::interface_mtu(config.addr).and_then(crate::Mtu::for_netdev) {
+        attr.port_mtu = mtu;
+    }
     attr
 }
 
@@ -133,7 +138,7 @@ impl Device {
         PortAttr {
             state: 4,
             max_mtu: Mtu::Mtu4096,
-            active_mtu: Mtu::Mtu4096,
+            active_mtu: self.inner.attr.port_mtu,
             gid_tbl_len: 1,
             pkey_tbl_len: 1,
             max_msg_sz: crate::verbs::MAX_MSG_SZ,

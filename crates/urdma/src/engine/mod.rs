@@ -318,7 +318,9 @@ impl Engine {
             drop_packet(qp, &mut cx, "transport does not match the QP");
             return;
         }
-        if qp.qp_type != crate::types::QpType::Ud && qp.remote != Some(src) {
+        // The peer is known by its address: RoCEv2 senders pick the UDP
+        // source port freely (per QP or per flow, for ECMP entropy).
+        if qp.qp_type != crate::types::QpType::Ud && qp.remote.map(|r| r.ip()) != Some(src.ip()) {
             drop_packet(qp, &mut cx, "packet not from the connected peer");
             return;
         }

@@ -194,6 +194,7 @@ impl Engine {
         };
         let mut qp = QpCtx::new(qpn, qp_type, pd, cap, sq_sig_all, send_cq, recv_cq);
         qp.srq = srq;
+        qp.set_port_mtu(self.attr.port_mtu);
         self.qps.insert(qpn, qp);
         Ok(qpn)
     }
@@ -376,6 +377,13 @@ fn validate_values(
         return Err(Error::inval(format!(
             "max_dest_rd_atomic above {}",
             dev.max_qp_rd_atom
+        )));
+    }
+    if mask.contains(M::PATH_MTU) && a.path_mtu > dev.port_mtu {
+        return Err(Error::inval(format!(
+            "path MTU {} above the port's active MTU {}",
+            a.path_mtu.bytes(),
+            dev.port_mtu.bytes()
         )));
     }
     if mask.contains(M::ACCESS_FLAGS) && !AccessFlags::all().contains(a.qp_access_flags) {

@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 /// Path MTU of a new QP: UD QPs are never given one (no transition takes
 /// it), so they use the port's MTU.
-fn default_mtu(qp_type: QpType) -> crate::types::Mtu {
+fn default_mtu(qp_type: QpType, port_mtu: crate::types::Mtu) -> crate::types::Mtu {
     match qp_type {
-        QpType::Ud => crate::types::Mtu::Mtu4096,
-        _ => crate::types::Mtu::Mtu1024,
+        QpType::Ud => port_mtu,
+        _ => crate::types::Mtu::Mtu1024.min(port_mtu),
     }
 }
 
@@ -130,6 +130,8 @@ pub struct QpCtx {
     pub resp: RespState,
     /// Per-QP counters.
     pub counters: Counters,
+    /// Active MTU of the device's port: the largest path MTU, and UD's.
+    pub port_mtu: crate::types::Mtu,
 }
 
 impl QpCtx {
@@ -145,7 +147,7 @@ impl QpCtx {
     ) -> Self {
         let attr = QpAttr {
             cap,
-            path_mtu: default_mtu(qp_type),
+            path_mtu: default_mtu(qp_type, crate::types::Mtu::Mtu4096),
             ..QpAttr::default()
         };
         QpCtx {
@@ -164,7 +166,14 @@ impl QpCtx {
             timers: Timers::default(),
             resp: RespState::default(),
             counters: Counters::default(),
+            port_mtu: crate::types::Mtu::Mtu4096,
         }
+    }
+
+    /// Set the port's active MTU (before the QP leaves RESET).
+    pub fn set_port_mtu(&mut self, mtu: crate::types::Mtu) {
+        self.port_mtu = mtu;
+        self.attr.path_mtu = default_mtu(self.qp_type, mtu);
     }
 
     /// Current state.
@@ -276,7 +285,7 @@ impl QpCtx {
         let cap = self.cap;
         self.attr = QpAttr {
             cap,
-            path_mtu: default_mtu(self.qp_type),
+            path_mtu: default_mtu(self.qp_type, self.port_mtu),
             ..QpAttr::default()
         };
     }

@@ -182,6 +182,10 @@ pub struct DeviceAttr {
     pub max_inline_data: u32,
     /// Physical ports.
     pub phys_port_cnt: u8,
+    /// Active MTU of port 1: what the interface of the device's address
+    /// carries (see [`crate::Mtu::for_netdev`]). A QP's path MTU may not
+    /// exceed it; UD QPs use it.
+    pub port_mtu: Mtu,
 }
 
 impl Default for DeviceAttr {
@@ -202,10 +206,11 @@ impl Default for DeviceAttr {
             max_cqe: 1 << 20,
             max_mr: 1 << 20,
             max_pd: 1 << 16,
-            max_qp_rd_atom: 64,
-            max_qp_init_rd_atom: 64,
+            max_qp_rd_atom: 128,
+            max_qp_init_rd_atom: 128,
             max_inline_data: 512,
             phys_port_cnt: 1,
+            port_mtu: Mtu::Mtu4096,
         }
     }
 }
