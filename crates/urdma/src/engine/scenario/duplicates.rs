@@ -22,8 +22,8 @@ fn word(p: &Pair, i: usize, off: usize) -> u64 {
 fn duplicate_fetch_add_is_replayed_from_the_cache() {
     let mut p = Pair::new(0x700, &opts(), 0x800, &opts());
     p.n[B].write(0x100, &100u64.to_ne_bytes());
-    let (va, rkey) = (p.n[B].va(0x100), p.n[B].rkey());
-    p.n[A].post(0, 1, SendOp::FetchAdd { add: 5 }, 0x200, 8, va, rkey);
+    let (va, rkey) = (p.n[B].va(0x100), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::FetchAdd { add: 5 }, (0x200, 8), (va, rkey));
     let req = p.deliver_all(A);
     assert_eq!(psn_ops(&req), [(0x700, Opcode::RcFetchAdd)]);
     assert_eq!(word(&p, B, 0x100), 105);
@@ -64,12 +64,12 @@ fn duplicate_fetch_add_is_replayed_from_the_cache() {
 fn duplicate_compare_swap_is_not_executed_again() {
     let mut p = Pair::new(0x10, &opts(), 0x20, &opts());
     p.n[B].write(0, &7u64.to_ne_bytes());
-    let (va, rkey) = (p.n[B].va(0), p.n[B].rkey());
+    let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
     let op = SendOp::CompSwap {
         compare: 7,
         swap: 9,
     };
-    p.n[A].post(0, 1, op, 0x40, 8, va, rkey);
+    p.n[A].post(0, 1, op, (0x40, 8), (va, rkey));
     p.duplicate(A, 0);
     p.deliver_all(A);
     assert_eq!(word(&p, B, 0), 9);
@@ -96,8 +96,8 @@ fn duplicate_read_is_answered_again() {
     let mut p = Pair::new(0x900, &opts(), 0xA00, &opts());
     let data = pattern(2500, 9);
     p.n[B].write(0x1000, &data);
-    let (va, rkey) = (p.n[B].va(0x1000), p.n[B].rkey());
-    p.n[A].post(0, 1, SendOp::Read, 0, 2500, va, rkey);
+    let (va, rkey) = (p.n[B].va(0x1000), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Read, (0, 2500), (va, rkey));
     let req = p.deliver_all(A);
     assert_eq!(psn_ops(&req), [(0x900, Opcode::RcReadRequest)]);
     assert_eq!(p.n[B].rq_psn(), 0x903);
@@ -142,8 +142,8 @@ fn read_resumed_from_a_lost_middle_response() {
     let mut p = Pair::new(0xB00, &opts(), 0xC00, &opts());
     let data = pattern(2500, 4);
     p.n[B].write(0x1000, &data);
-    let (va, rkey) = (p.n[B].va(0x1000), p.n[B].rkey());
-    p.n[A].post(0, 1, SendOp::Read, 0, 2500, va, rkey);
+    let (va, rkey) = (p.n[B].va(0x1000), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Read, (0, 2500), (va, rkey));
     p.deliver_all(A);
     assert_eq!(p.drop_pkt(B, 1).psn(), 0xB01);
     p.deliver_all(B);

@@ -26,8 +26,8 @@ fn sequence_nak_then_timeout_resend() {
     let mut p = Pair::new(0x1000, &oa, 0x2000, &opts());
     let data = pattern(3000, 0x5A);
     p.n[A].write(0, &data);
-    let (va, rkey) = (p.n[B].va(0x100), p.n[B].rkey());
-    p.n[A].post(0, 1, SendOp::Write, 0, 3000, va, rkey);
+    let (va, rkey) = (p.n[B].va(0x100), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Write, (0, 3000), (va, rkey));
     let first = p.n[A].peek();
     assert_eq!(
         psn_ops(&first),
@@ -108,7 +108,7 @@ fn sequence_nak_then_timeout_resend() {
 #[test]
 fn sequence_nak_resends_the_rest_of_the_message() {
     let mut s = Solo::new(&opts());
-    s.node.post(0, 1, SendOp::Write, 0, 3000, 0x1000, 5);
+    s.node.post(0, 1, SendOp::Write, (0, 3000), (0x1000, 5));
     let first: Vec<u32> = s.recv_all().iter().map(|q| q.psn()).collect();
     assert_eq!(first, [s.at(0), s.at(1), s.at(2)]);
     s.aeth(s.at(1), NAK_SEQ, 0);
@@ -144,9 +144,9 @@ fn retry_exhaustion_flushes_the_send_queue() {
     };
     let t = ack_timeout(o.timeout);
     let mut s = Solo::new(&o);
-    s.node.post(0, 1, SendOp::Send, 0, 10, 0, 0);
-    s.node.post(0, 2, SendOp::Send, 0, 10, 0, 0);
-    s.node.post(0, 3, SendOp::Write, 0, 10, 0x1000, 5);
+    s.node.post(0, 1, SendOp::Send, (0, 10), (0, 0));
+    s.node.post(0, 2, SendOp::Send, (0, 10), (0, 0));
+    s.node.post(0, 3, SendOp::Write, (0, 10), (0x1000, 5));
     let mut sent = vec![s.recv_all()];
     for k in 1..=3u64 {
         assert_eq!(s.node.eng.next_deadline(), Some(k * t));
@@ -190,7 +190,7 @@ fn progress_restores_the_retry_budget() {
     };
     let t = ack_timeout(o.timeout);
     let mut s = Solo::new(&o);
-    s.node.post(0, 1, SendOp::Send, 0, 10, 0, 0);
+    s.node.post(0, 1, SendOp::Send, (0, 10), (0, 0));
     assert_eq!(s.must_recv().psn(), s.at(0));
     assert_eq!(s.fire(), t);
     assert_eq!(s.must_recv().psn(), s.at(0));
@@ -199,7 +199,7 @@ fn progress_restores_the_retry_budget() {
         wc_summary(&s.node.send_wcs()),
         [(1, WcStatus::Success, WcOpcode::Send)]
     );
-    s.node.post(s.now, 2, SendOp::Send, 0, 10, 0, 0);
+    s.node.post(s.now, 2, SendOp::Send, (0, 10), (0, 0));
     assert_eq!(s.must_recv().psn(), s.at(1));
     assert_eq!(s.fire(), 2 * t);
     assert_eq!(
@@ -226,8 +226,8 @@ fn reordered_packet_then_go_back_resend() {
     let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
     let data = pattern(3000, 7);
     p.n[A].write(0, &data);
-    let (va, rkey) = (p.n[B].va(0), p.n[B].rkey());
-    p.n[A].post(0, 1, SendOp::Write, 0, 3000, va, rkey);
+    let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Write, (0, 3000), (va, rkey));
     p.swap(A, 1, 2);
     let order: Vec<u32> = p.deliver_all(A).iter().map(|x| x.psn()).collect();
     assert_eq!(order, [0x40, 0x42, 0x41]);
@@ -267,8 +267,8 @@ fn duplicate_nak_does_not_rewind_again() {
     };
     let t = ack_timeout(oa.timeout);
     let mut p = Pair::new(0x40, &oa, 0x50, &opts());
-    let (va, rkey) = (p.n[B].va(0), p.n[B].rkey());
-    p.n[A].post(0, 1, SendOp::Write, 0, 3000, va, rkey);
+    let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Write, (0, 3000), (va, rkey));
     p.drop_pkt(A, 1);
     p.deliver_all(A);
     let nak = p.take_all(B);
@@ -313,8 +313,8 @@ fn duplicate_nak_with_no_retry_left_is_ignored() {
         ..opts()
     };
     let mut p = Pair::new(0x40, &oa, 0x50, &opts());
-    let (va, rkey) = (p.n[B].va(0), p.n[B].rkey());
-    p.n[A].post(0, 1, SendOp::Write, 0, 3000, va, rkey);
+    let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Write, (0, 3000), (va, rkey));
     p.drop_pkt(A, 1);
     p.deliver_all(A);
     let nak = p.take_all(B);

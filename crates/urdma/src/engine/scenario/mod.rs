@@ -10,14 +10,16 @@
 //!   test reads what the engine sends ([`Solo::recv`], parsed) and plays
 //!   the remote side with packets it builds ([`Solo::send`]).
 //!
-//! Every test file names, in each test's doc comment, the protocol rule
-//! it pins.
+//! Each test's doc comment names the protocol rule it pins.
 
 mod duplicates;
 mod loss;
+mod peer;
 mod responses;
 mod rnr;
 mod wrap;
+
+use peer::Solo;
 
 use super::command::{AllocPd, CreateQp, PostRecv, PostSend, RegMr};
 use super::{psn, Counter, Engine, RecvRequest, SendData, SendOp, SendRequest, SgEntry, Transmit};
@@ -30,15 +32,14 @@ use crate::verbs::{DeviceAttr, Gid, QpCap};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use urdma_wire::{AckSyndrome, Aeth, Bth, IcrcContext, Opcode, PacketRepr};
+use urdma_wire::{AckSyndrome, IcrcContext, Opcode, PacketRepr};
 
 /// Length of each node's memory region.
-pub(super) const MR_LEN: usize = 1 << 16;
+const MR_LEN: usize = 1 << 16;
 /// Path MTU of every scenario connection, in bytes.
 pub(super) const MTU: usize = 1024;
-/// Index of engine A in a [`Pair`].
+/// Indexes of engines A and B in a [`Pair`].
 pub(super) const A: usize = 0;
-/// Index of engine B in a [`Pair`].
 pub(super) const B: usize = 1;
 /// QP number the hand-made peer of a [`Solo`] claims.
 pub(super) const PEER_QPN: u32 = 0x99;
@@ -48,8 +49,7 @@ pub(super) fn ack_timeout(t: u8) -> u64 {
     4096 << t
 }
 
-/// Connection options of a scenario QP: MTU 1024, ACK timeout code 10
-/// (4.19 ms), the rest as [`ConnectOptions::default`].
+/// Scenario QP options: MTU 1024, ACK timeout code 10 (4.19 ms), else defaults.
 pub(super) fn opts() -> ConnectOptions {
     ConnectOptions {
         mtu: Mtu::Mtu1024,
@@ -58,14 +58,11 @@ pub(super) fn opts() -> ConnectOptions {
     }
 }
 
-/// A packet an engine sent, parsed.
+/// A packet an engine sent, parsed: headers, payload, and the datagram.
 #[derive(Debug, Clone)]
 pub(super) struct Pkt {
-    /// Its headers.
     pub repr: PacketRepr,
-    /// Its payload.
     pub payload: Vec<u8>,
-    /// The datagram as sent.
     pub data: Vec<u8>,
 }
 
@@ -107,53 +104,51 @@ pub(super) fn wc_summary(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus, WcOpcode
     wcs.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect()
 }
 
+/// Every completion waiting on `cq`.
+fn poll(cq: &CqShared) -> Vec<WorkCompletion> {
+    let mut v = Vec::new();
+    cq.poll(usize::MAX, &mut v).expect("poll CQ");
+    v
+}
+
 /// Bytes `0, 1, 2, ...` (mod 251) offset by `seed`: data to tell apart.
 pub(super) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8 ^ seed).collect()
 }
 
-/// One device: an engine with one RC QP, its send and receive CQs, one
-/// 64 KiB MR with every access right, and the datagrams it sent that the
-/// test has not delivered yet.
+/// Move virtual time `now` to `t`, which must not be earlier.
+fn tick(now: &mut u64, t: u64) {
+    assert!(t >= *now, "time goes backwards: {t} < {now}");
+    *now = t;
+}
+
+/// One device: an engine with one RC QP `qpn` (first send PSN `psn`), its
+/// CQs, a 64 KiB MR with every access right, and in `out` the datagrams it
+/// sent that the test has not yet delivered, dropped or taken.
 pub(super) struct Node {
-    /// The engine.
     pub eng: Engine,
-    /// Its QP.
     pub qpn: u32,
-    /// The QP's first send PSN.
     pub psn: u32,
-    /// Its memory region.
     pub mr: Arc<MrEntry>,
-    /// Send CQ.
-    pub scq: Arc<CqShared>,
-    /// Receive CQ.
-    pub rcq: Arc<CqShared>,
-    /// Datagrams sent and not yet delivered, dropped or taken.
+    scq: Arc<CqShared>,
+    rcq: Arc<CqShared>,
     pub out: VecDeque<Transmit>,
 }
 
 impl Node {
-    /// A device at `addr` with a QP in RESET.
-    fn new(addr: SocketAddr, seed: u64) -> Node {
-        let mut eng = Engine::new(addr, DeviceAttr::default(), Some(seed));
+    /// A device at 127.0.0.`host`:4791 with a QP in RESET.
+    fn new(host: u8) -> Node {
+        let addr = SocketAddr::from(([127, 0, 0, host], 4791));
+        let mut eng = Engine::new(addr, DeviceAttr::default(), Some(u64::from(host)));
         let pd = eng.call(0, AllocPd {}).expect("pd");
         let mem = MemRegion::allocate(MR_LEN).expect("memory");
-        let access = AccessFlags::LOCAL_WRITE
-            | AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC;
-        let iova = 0x10_0000 * (seed + 1);
-        let mr = eng
-            .call(
-                0,
-                RegMr {
-                    pd,
-                    access,
-                    iova,
-                    mem,
-                },
-            )
-            .expect("mr");
+        let reg = RegMr {
+            pd,
+            access: AccessFlags::all(),
+            iova: 0x10_0000 * u64::from(host),
+            mem,
+        };
+        let mr = eng.call(0, reg).expect("mr");
         let scq = Arc::new(CqShared::new(1, 256));
         let rcq = Arc::new(CqShared::new(2, 256));
         let create = CreateQp {
@@ -177,8 +172,7 @@ impl Node {
         }
     }
 
-    /// Connect the QP (first send PSN `psn`) to QP `qpn` at `addr`, whose
-    /// first send PSN is `rpsn`.
+    /// Connect the QP, sending from `psn`, to QP `qpn` at `addr` (sending from `rpsn`).
     fn connect(&mut self, psn: u32, addr: SocketAddr, qpn: u32, rpsn: u32, o: &ConnectOptions) {
         let remote = Endpoint {
             gid: Gid::from_ip(addr.ip()),
@@ -210,30 +204,14 @@ impl Node {
         self.mr.iova + off as u64
     }
 
-    /// Remote key of the MR.
-    pub fn rkey(&self) -> u32 {
-        self.mr.rkey
-    }
-
-    /// Post a signaled send WR of `op` on `len` bytes at `off` of the MR,
-    /// aimed at `remote_va`/`rkey` (ignored by SEND).
-    #[allow(clippy::too_many_arguments)]
-    pub fn post(
-        &mut self,
-        now: u64,
-        wr_id: u64,
-        op: SendOp,
-        off: usize,
-        len: usize,
-        remote_va: u64,
-        rkey: u32,
-    ) {
+    /// Post a signaled `op` of the MR's bytes `(off, len)` to `(remote_va, rkey)`.
+    pub fn post(&mut self, now: u64, wr_id: u64, op: SendOp, at: (usize, usize), to: (u64, u32)) {
         let wr = SendRequest {
             wr_id,
             op,
-            data: SendData::Sges(vec![self.sge(off, len)]),
-            remote_va,
-            rkey,
+            data: SendData::Sges(vec![self.sge(at.0, at.1)]),
+            remote_va: to.0,
+            rkey: to.1,
             signaled: true,
             solicited: false,
             ud: None,
@@ -255,25 +233,18 @@ impl Node {
     }
 
     fn sge(&self, off: usize, len: usize) -> SgEntry {
-        SgEntry {
-            addr: self.va(off),
-            length: len as u32,
-            lkey: self.mr.lkey,
-        }
+        let (addr, length, lkey) = (self.va(off), len as u32, self.mr.lkey);
+        SgEntry { addr, length, lkey }
     }
 
     /// Completions waiting on the send CQ.
     pub fn send_wcs(&self) -> Vec<WorkCompletion> {
-        let mut v = Vec::new();
-        self.scq.poll(usize::MAX, &mut v).expect("poll send CQ");
-        v
+        poll(&self.scq)
     }
 
     /// Completions waiting on the receive CQ.
     pub fn recv_wcs(&self) -> Vec<WorkCompletion> {
-        let mut v = Vec::new();
-        self.rcq.poll(usize::MAX, &mut v).expect("poll receive CQ");
-        v
+        poll(&self.rcq)
     }
 
     /// A counter of the QP.
@@ -308,6 +279,18 @@ impl Node {
         self.out.iter().map(|t| parse(self.addr(), t)).collect()
     }
 
+    /// Hand the engine datagram `data` from `src` at time `now`.
+    fn input(&mut self, now: u64, src: SocketAddr, data: &[u8]) {
+        self.eng.handle_datagram(now, src, data);
+        self.collect();
+    }
+
+    /// Run the engine's timers at time `now`.
+    fn timers(&mut self, now: u64) {
+        self.eng.handle_timeouts(now);
+        self.collect();
+    }
+
     /// Move what the engine sent into [`Node::out`].
     fn collect(&mut self) {
         let sent: Vec<Transmit> = self.eng.drain_tx().collect();
@@ -315,21 +298,17 @@ impl Node {
     }
 }
 
-/// Two engines, A and B, each with one RC QP connected to the other's, and
-/// a virtual clock (ns) the test advances.
+/// Two engines, A and B (`n[A]`, `n[B]`), each with one RC QP connected
+/// to the other's, and a virtual clock `now` (ns) the test advances.
 pub(super) struct Pair {
-    /// Virtual time.
     pub now: u64,
-    /// A and B.
     pub n: [Node; 2],
 }
 
 impl Pair {
-    /// Engines at 127.0.0.1 (A) and 127.0.0.2 (B); A's QP sends from PSN
-    /// `psn_a` with options `oa`, B's from `psn_b` with `ob`.
+    /// A at 127.0.0.1 sending from `psn_a` with `oa`; B at 127.0.0.2, `psn_b`, `ob`.
     pub fn new(psn_a: u32, oa: &ConnectOptions, psn_b: u32, ob: &ConnectOptions) -> Pair {
-        let mut a = Node::new(SocketAddr::from(([127, 0, 0, 1], 4791)), 1);
-        let mut b = Node::new(SocketAddr::from(([127, 0, 0, 2], 4791)), 2);
+        let (mut a, mut b) = (Node::new(1), Node::new(2));
         let (aa, ab, qa, qb) = (a.addr(), b.addr(), a.qpn, b.qpn);
         a.connect(psn_a, ab, qb, psn_b, oa);
         b.connect(psn_b, aa, qa, psn_a, ob);
@@ -338,24 +317,20 @@ impl Pair {
 
     /// Set the clock to `t` (never backwards); no timer runs.
     pub fn advance_to(&mut self, t: u64) {
-        assert!(t >= self.now, "time goes backwards: {t} < {}", self.now);
-        self.now = t;
+        tick(&mut self.now, t);
     }
 
-    /// Hand the packet at `idx` of `from`'s queue to the other engine;
-    /// returns it.
+    /// Hand the packet at `idx` of `from`'s queue to the other engine.
     pub fn deliver(&mut self, from: usize, idx: usize) -> Pkt {
-        let t = self.n[from].out.remove(idx).expect("no such queued packet");
-        let pkt = parse(self.n[from].addr(), &t);
-        self.inject(1 - from, &t.data);
+        let pkt = self.drop_pkt(from, idx);
+        self.inject(1 - from, &pkt.data);
         pkt
     }
 
     /// Deliver, in order, every packet queued at `from` now.
     pub fn deliver_all(&mut self, from: usize) -> Vec<Pkt> {
-        (0..self.n[from].out.len())
-            .map(|_| self.deliver(from, 0))
-            .collect()
+        let n = self.n[from].out.len();
+        (0..n).map(|_| self.deliver(from, 0)).collect()
     }
 
     /// Lose the packet at `idx` of `from`'s queue; returns it.
@@ -376,24 +351,20 @@ impl Pair {
         self.n[from].out.insert(idx + 1, t);
     }
 
-    /// Swap two packets of `from`'s queue.
+    /// Swap two packets of `from`'s queue (reordering).
     pub fn swap(&mut self, from: usize, i: usize, j: usize) {
         self.n[from].out.swap(i, j);
     }
 
-    /// Hand `data` to engine `to` as if sent by the other engine.
+    /// Hand `data` to engine `to` as if sent by the other engine, now.
     pub fn inject(&mut self, to: usize, data: &[u8]) {
-        let (now, src) = (self.now, self.n[1 - to].addr());
-        self.n[to].eng.handle_datagram(now, src, data);
-        self.n[to].collect();
+        let src = self.n[1 - to].addr();
+        self.n[to].input(self.now, src, data);
     }
 
-    /// Run both engines' timers at the current time.
+    /// Run both engines' timers now.
     pub fn timers(&mut self) {
-        for node in &mut self.n {
-            node.eng.handle_timeouts(self.now);
-            node.collect();
-        }
+        self.n.iter_mut().for_each(|x| x.timers(self.now));
     }
 
     /// The earliest deadline of either engine.
@@ -409,98 +380,12 @@ impl Pair {
         t
     }
 
-    /// Deliver every packet both ways, at the current time, until neither
-    /// engine has anything queued; returns what went (sender, packet).
+    /// Deliver both ways, now, until nothing is queued; returns (sender, packet)s.
     pub fn settle(&mut self) -> Vec<(usize, Pkt)> {
         let mut log = Vec::new();
         while let Some(from) = (0..2).find(|&i| !self.n[i].out.is_empty()) {
             log.push((from, self.deliver(from, 0)));
         }
         log
-    }
-}
-
-/// One engine whose QP is connected to a hand-made peer (QP [`PEER_QPN`]
-/// at 127.0.0.9, first PSN 0) that the test plays with built packets.
-pub(super) struct Solo {
-    /// Virtual time.
-    pub now: u64,
-    /// The engine under test.
-    pub node: Node,
-    /// The peer's address.
-    pub peer: SocketAddr,
-}
-
-impl Solo {
-    /// The engine at 127.0.0.1, its QP sending from PSN 0x10_0000 with `o`.
-    pub fn new(o: &ConnectOptions) -> Solo {
-        let mut node = Node::new(SocketAddr::from(([127, 0, 0, 1], 4791)), 1);
-        let peer = SocketAddr::from(([127, 0, 0, 9], 4791));
-        node.connect(0x10_0000, peer, PEER_QPN, 0, o);
-        Solo { now: 0, node, peer }
-    }
-
-    /// The next packet the engine sent, or None.
-    pub fn recv(&mut self) -> Option<Pkt> {
-        let t = self.node.out.pop_front()?;
-        assert_eq!(t.dst, self.peer, "packet for another address");
-        let p = parse(self.node.addr(), &t);
-        assert_eq!(p.repr.bth.dest_qp, PEER_QPN, "packet for another QP");
-        Some(p)
-    }
-
-    /// The next packet, which must have been sent.
-    pub fn must_recv(&mut self) -> Pkt {
-        self.recv().expect("the engine sent nothing")
-    }
-
-    /// Every packet sent so far.
-    pub fn recv_all(&mut self) -> Vec<Pkt> {
-        std::iter::from_fn(|| self.recv()).collect()
-    }
-
-    /// Send the engine a packet with `repr` and `payload`.
-    pub fn send(&mut self, repr: &PacketRepr, payload: &[u8]) {
-        let ctx = IcrcContext::new(self.peer, self.node.addr());
-        let d = urdma_wire::build(repr, payload, &ctx).expect("build");
-        self.node.eng.handle_datagram(self.now, self.peer, &d);
-        self.node.collect();
-    }
-
-    /// Headers for a response `op` at `psn` to the engine's QP.
-    pub fn bth(&self, op: Opcode, psn: u32) -> PacketRepr {
-        PacketRepr::new(Bth::new(op, self.node.qpn, psn))
-    }
-
-    /// Send an ACK or NAK (RC ACKNOWLEDGE with `syndrome`) for `psn`.
-    pub fn aeth(&mut self, psn: u32, syndrome: AckSyndrome, msn: u32) {
-        let mut r = self.bth(Opcode::RcAck, psn);
-        r.aeth = Some(Aeth { syndrome, msn });
-        self.send(&r, &[]);
-    }
-
-    /// ACK `psn` with unlimited credits.
-    pub fn ack(&mut self, psn: u32, msn: u32) {
-        self.aeth(psn, AckSyndrome::Ack { credits: 31 }, msn);
-    }
-
-    /// The PSN `k` after the engine's first send PSN.
-    pub fn at(&self, k: u32) -> u32 {
-        self.node.at(k)
-    }
-
-    /// Set the clock to `t` (never backwards) and run the timers.
-    pub fn timers_at(&mut self, t: u64) {
-        assert!(t >= self.now, "time goes backwards: {t} < {}", self.now);
-        self.now = t;
-        self.node.eng.handle_timeouts(t);
-        self.node.collect();
-    }
-
-    /// Advance to the engine's next deadline and run its timers; returns it.
-    pub fn fire(&mut self) -> u64 {
-        let t = self.node.eng.next_deadline().expect("no timer runs");
-        self.timers_at(t);
-        t
     }
 }

@@ -20,10 +20,10 @@ fn read_response_acknowledges_earlier_send_and_write() {
     let remote = pattern(100, 2);
     p.n[B].write(0x2000, &remote);
     p.n[B].post_recv(0, 9, 0x4000, 200);
-    let (va, rkey) = (p.n[B].va(0), p.n[B].rkey());
-    p.n[A].post(0, 1, SendOp::Send, 0, 100, 0, 0);
-    p.n[A].post(0, 2, SendOp::Write, 100, 100, va + 0x1000, rkey);
-    p.n[A].post(0, 3, SendOp::Read, 0x800, 100, va + 0x2000, rkey);
+    let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Send, (0, 100), (0, 0));
+    p.n[A].post(0, 2, SendOp::Write, (100, 100), (va + 0x1000, rkey));
+    p.n[A].post(0, 3, SendOp::Read, (0x800, 100), (va + 0x2000, rkey));
     let req = p.deliver_all(A);
     assert_eq!(
         psn_ops(&req),
@@ -67,9 +67,9 @@ fn read_response_acknowledges_earlier_send_and_write() {
 #[test]
 fn coalesced_ack_and_read_response_complete_earlier_wrs() {
     let mut s = Solo::new(&opts());
-    s.node.post(0, 1, SendOp::Write, 0, 100, 0x1000, 5);
-    s.node.post(0, 2, SendOp::Write, 0, 100, 0x1000, 5);
-    s.node.post(0, 3, SendOp::Send, 0, 100, 0, 0);
+    s.node.post(0, 1, SendOp::Write, (0, 100), (0x1000, 5));
+    s.node.post(0, 2, SendOp::Write, (0, 100), (0x1000, 5));
+    s.node.post(0, 3, SendOp::Send, (0, 100), (0, 0));
     let psns: Vec<u32> = s.recv_all().iter().map(|q| q.psn()).collect();
     assert_eq!(psns, [s.at(0), s.at(1), s.at(2)]);
     s.ack(s.at(2), 3);
@@ -81,8 +81,8 @@ fn coalesced_ack_and_read_response_complete_earlier_wrs() {
             (3, WcStatus::Success, WcOpcode::Send)
         ]
     );
-    s.node.post(0, 4, SendOp::Write, 0, 100, 0x1000, 5);
-    s.node.post(0, 5, SendOp::Read, 1000, 8, 0x2000, 5);
+    s.node.post(0, 4, SendOp::Write, (0, 100), (0x1000, 5));
+    s.node.post(0, 5, SendOp::Read, (1000, 8), (0x2000, 5));
     assert_eq!(s.must_recv().psn(), s.at(3));
     let rd = s.must_recv();
     assert_eq!((rd.opcode(), rd.psn()), (Opcode::RcReadRequest, s.at(4)));
@@ -114,8 +114,8 @@ fn ghost_ack_ignored_and_access_nak_fails_the_wr() {
     let mut s = Solo::new(&opts());
     s.ack(s.at(1000), 9);
     assert_eq!(s.node.count(Counter::Dropped), 1);
-    s.node.post(0, 1, SendOp::Write, 0, 10, 0x1000, 5);
-    s.node.post(0, 2, SendOp::Write, 0, 10, 0x1000, 5);
+    s.node.post(0, 1, SendOp::Write, (0, 10), (0x1000, 5));
+    s.node.post(0, 2, SendOp::Write, (0, 10), (0x1000, 5));
     assert_eq!(s.must_recv().psn(), s.at(0));
     assert_eq!(s.must_recv().psn(), s.at(1));
     s.ack(s.at(1000), 9);
@@ -144,7 +144,7 @@ fn ghost_ack_ignored_and_access_nak_fails_the_wr() {
 fn short_read_response_is_a_bad_response() {
     let mut s = Solo::new(&opts());
     s.node.write(0, &[0xEE; 200]);
-    s.node.post(0, 1, SendOp::Read, 0, 100, 0x2000, 5);
+    s.node.post(0, 1, SendOp::Read, (0, 100), (0x2000, 5));
     let rd = s.must_recv();
     assert_eq!(rd.repr.reth.map(|r| r.dma_len), Some(100));
     let mut resp = s.bth(Opcode::RcReadResponseOnly, rd.psn());

@@ -28,7 +28,7 @@ fn rnr_nak_backs_off_then_succeeds() {
     let mut p = Pair::new(0x30, &oa, 0x40, &ob);
     let data = pattern(100, 3);
     p.n[A].write(0, &data);
-    p.n[A].post(0, 1, SendOp::Send, 0, 100, 0, 0);
+    p.n[A].post(0, 1, SendOp::Send, (0, 100), (0, 0));
 
     let mut resumed = 0;
     for round in 1..=2u64 {
@@ -91,7 +91,7 @@ fn rnr_retry_exhaustion() {
         ..opts()
     };
     let mut s = Solo::new(&o);
-    s.node.post(0, 1, SendOp::Send, 0, 10, 0, 0);
+    s.node.post(0, 1, SendOp::Send, (0, 10), (0, 0));
     let mut tries = 0;
     let mut times = Vec::new();
     while let Some(req) = s.recv() {
@@ -124,7 +124,7 @@ fn rnr_retry_7_is_infinite() {
         ..opts()
     };
     let mut s = Solo::new(&o);
-    s.node.post(0, 1, SendOp::Send, 0, 10, 0, 0);
+    s.node.post(0, 1, SendOp::Send, (0, 10), (0, 0));
     for _ in 0..20 {
         let req = s.must_recv();
         s.aeth(req.psn(), AckSyndrome::RnrNak { timer: 1 }, 0);

@@ -32,10 +32,10 @@ fn traffic_across_the_psn_wrap() {
     p.n[A].write(0x1000, &sdata);
     p.n[B].write(0x4000, &rdata);
     p.n[B].post_recv(0, 70, 0x8000, 200);
-    let (va, rkey) = (p.n[B].va(0), p.n[B].rkey());
-    p.n[A].post(0, 1, SendOp::Write, 0, 3000, va, rkey);
-    p.n[A].post(0, 2, SendOp::Send, 0x1000, 100, 0, 0);
-    p.n[A].post(0, 3, SendOp::Read, 0x2000, 2500, va + 0x4000, rkey);
+    let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Write, (0, 3000), (va, rkey));
+    p.n[A].post(0, 2, SendOp::Send, (0x1000, 100), (0, 0));
+    p.n[A].post(0, 3, SendOp::Read, (0x2000, 2500), (va + 0x4000, rkey));
     assert_eq!(
         psn_ops(&p.n[A].peek()),
         [
@@ -110,9 +110,9 @@ fn traffic_across_the_psn_wrap() {
     let sdata = pattern(1500, 4);
     p.n[B].write(0x9000, &sdata);
     p.n[A].post_recv(p.now, 80, 0x8000, 2000);
-    let (va, rkey) = (p.n[A].va(0xA000), p.n[A].rkey());
-    p.n[B].post(p.now, 4, SendOp::Send, 0x9000, 1500, 0, 0);
-    p.n[B].post(p.now, 5, SendOp::Write, 0x9000, 10, va, rkey);
+    let (va, rkey) = (p.n[A].va(0xA000), p.n[A].mr.rkey);
+    p.n[B].post(p.now, 4, SendOp::Send, (0x9000, 1500), (0, 0));
+    p.n[B].post(p.now, 5, SendOp::Write, (0x9000, 10), (va, rkey));
     let log = p.settle();
     assert_eq!(
         sent_by(&log, B),
