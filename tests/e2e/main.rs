@@ -15,7 +15,6 @@ mod pattern;
 mod peer;
 mod proto;
 mod raw;
-mod rawresp;
 mod transfer;
 
 use libtest_mimic::{Arguments, Trial};
@@ -73,15 +72,6 @@ fn trials() -> Vec<Trial> {
         trial("raw_psn_gap", raw::psn_gap),
         trial("raw_ack_msn", raw::ack_msn),
         trial("raw_invalid_requests", raw::invalid_requests),
-        trial("rawresp_retry_exceeded", rawresp::retry_exceeded),
-        trial("rawresp_rnr_retry_count", rawresp::rnr_retry_count),
-        trial("rawresp_implicit_ack", rawresp::implicit_ack),
-        trial("rawresp_seq_nak_resend", rawresp::seq_nak_resend),
-        trial(
-            "rawresp_ghost_ack_and_access_nak",
-            rawresp::ghost_ack_and_access_nak,
-        ),
-        trial("rawresp_short_read_response", rawresp::short_read_response),
         trial("large_1gib_write_read", large::write_and_read_1gib),
     ];
     for mtu in [256, 512, 1024, 2048, 4096] {

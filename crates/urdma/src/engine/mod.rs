@@ -11,6 +11,8 @@ pub(crate) mod psn;
 pub(crate) mod qp;
 mod requester;
 mod responder;
+#[cfg(test)]
+mod scenario;
 pub(crate) mod srq;
 mod timer;
 mod tx;
