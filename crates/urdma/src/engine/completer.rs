@@ -48,6 +48,21 @@ fn rewind(qp: &mut QpCtx, to: u32) {
 /// storm of go-backs, while a loss further on (after progress) is repaired
 /// at once. Returns false if it did nothing.
 fn rewind_for_loss(qp: &mut QpCtx, now: u64) -> bool {
+    if !rewind_due(qp, now) {
+        return false;
+    }
+    let una = qp.req.una;
+    qp.req.resend_horizon = Some(qp.req.high_psn);
+    qp.req.last_rewind_at = now;
+    qp.req.last_rewind_psn = una;
+    rewind(qp, una);
+    true
+}
+
+/// Whether a loss signal at `now` calls for a go-back: not while the
+/// retransmissions of the last one may still be arriving (see
+/// [`rewind_for_loss`]).
+fn rewind_due(qp: &QpCtx, now: u64) -> bool {
     let una = qp.req.una;
     if qp.req.resend_horizon.is_some_and(|h| psn::lt(una, h)) {
         // Progress since the last go-back shows that its retransmissions
@@ -60,10 +75,6 @@ fn rewind_for_loss(qp: &mut QpCtx, now: u64) -> bool {
             return false;
         }
     }
-    qp.req.resend_horizon = Some(qp.req.high_psn);
-    qp.req.last_rewind_at = now;
-    qp.req.last_rewind_psn = una;
-    rewind(qp, una);
     true
 }
 
@@ -194,13 +205,17 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
             ack_through(qp, cx, psn::prev(p));
             if code == NakCode::PsnSequenceError {
                 cx.count(&mut qp.counters, Counter::SeqNaksReceived);
+                // A NAK of a loss already being repaired spends nothing,
+                // even with no retry left.
+                if !rewind_due(qp, cx.now) {
+                    return;
+                }
                 if qp.req.retry_left == 0 {
                     fail(qp, cx, WcStatus::RetryExcErr, 0);
                     return;
                 }
-                if rewind_for_loss(qp, cx.now) {
-                    qp.req.retry_left -= 1;
-                }
+                rewind_for_loss(qp, cx.now);
+                qp.req.retry_left -= 1;
                 return;
             }
             cx.count(&mut qp.counters, Counter::ErrorNaksReceived);

@@ -296,17 +296,10 @@ fn duplicate_nak_does_not_rewind_again() {
     );
 }
 
-/// ENGINE BUG (completer.rs, `on_aeth`, PSN sequence NAK): the retry
-/// budget is checked before deciding whether the NAK causes a go-back at
-/// all. A duplicate of a NAK already acted on is ignored for resending
-/// (see `duplicate_nak_does_not_rewind_again`), yet when the first NAK
-/// spent the last retry the duplicate fails the WQE with RETRY_EXC_ERR and
-/// moves the QP to ERR while the go-back resend is still on its way.
-///
-/// Rule it should follow: a stale NAK that causes no retry cannot exhaust
-/// the retries; the resend is acknowledged and the WRITE succeeds.
+/// A duplicate of a NAK already acted on causes no go-back, so it cannot
+/// exhaust the retries either, even when the first NAK spent the last
+/// one: the resend is acknowledged and the WRITE succeeds.
 #[test]
-#[ignore = "engine bug: a duplicate sequence NAK exhausts retries it does not spend (completer::on_aeth)"]
 fn duplicate_nak_with_no_retry_left_is_ignored() {
     let oa = ConnectOptions {
         retry_cnt: 1,
