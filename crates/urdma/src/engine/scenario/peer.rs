@@ -46,9 +46,15 @@ impl Solo {
 
     /// Send the engine a packet with `repr` and `payload`.
     pub fn send(&mut self, repr: &PacketRepr, payload: &[u8]) {
-        let ctx = IcrcContext::new(self.peer, self.node.addr());
+        self.send_from(self.peer, repr, payload);
+    }
+
+    /// Send the engine a packet from `src` (another UDP port of the peer,
+    /// or another host).
+    pub fn send_from(&mut self, src: SocketAddr, repr: &PacketRepr, payload: &[u8]) {
+        let ctx = IcrcContext::new(src, self.node.addr());
         let d = urdma_wire::build(repr, payload, &ctx).expect("build");
-        self.node.input(self.now, self.peer, &d);
+        self.node.input(self.now, src, &d);
     }
 
     /// Headers for a response `op` at `psn` to the engine's QP.

@@ -164,3 +164,34 @@ fn short_read_response_is_a_bad_response() {
     );
     assert_eq!(s.node.state(), QpState::Err);
 }
+
+/// Rule: an RC QP knows its peer by address, never by UDP source port
+/// (RoCEv2 senders choose it per QP or per flow). An ACK from another
+/// host is dropped and counted; the same ACK from the peer's address and
+/// any source port completes the WRITE.
+#[test]
+fn peer_known_by_address_whatever_its_source_port() {
+    let mut s = Solo::new(&opts());
+    s.node.post(0, 1, SendOp::Write, (0, 16), (0x1000, 0x77));
+    let w = s.must_recv();
+    assert_eq!(w.opcode(), Opcode::RcWriteOnly);
+    let mut ack = s.bth(Opcode::RcAck, w.psn());
+    ack.aeth = Some(Aeth {
+        syndrome: ACK,
+        msn: 1,
+    });
+    let dropped = s.node.count(Counter::Dropped);
+    let stranger = std::net::SocketAddr::from(([127, 0, 0, 8], 4791));
+    s.send_from(stranger, &ack, &[]);
+    assert_eq!(s.node.count(Counter::Dropped), dropped + 1);
+    assert!(
+        s.node.send_wcs().is_empty(),
+        "a stranger's ACK completed the WRITE"
+    );
+    let other_port = std::net::SocketAddr::new(s.peer.ip(), 49_152);
+    s.send_from(other_port, &ack, &[]);
+    assert_eq!(
+        wc_summary(&s.node.send_wcs()),
+        [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+}
