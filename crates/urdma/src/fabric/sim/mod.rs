@@ -45,6 +45,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
 /// One end of a connection, for [`SimNet::connect`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpEnd {
