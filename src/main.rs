@@ -3,6 +3,7 @@
 mod bench;
 mod check;
 mod devices;
+mod peer;
 mod run;
 mod stat;
 

@@ -8,17 +8,11 @@ mod session;
 mod stats;
 mod tcp;
 
-use anyhow::{bail, Context, Result};
+use crate::peer::{path_mtu, LocalServer, PeerArgs, ServerExit};
+use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use proto::TestKind;
 use session::Params;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
-use urdma::Mtu;
-
-/// Control (TCP) port, as perftest's default.
-const DEFAULT_CTRL_PORT: u16 = 18515;
 
 /// An operation to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -53,26 +47,6 @@ impl Op {
             Op::Send => TestKind::SendLat,
         }
     }
-}
-
-/// Where the server and the client of `urdma bench` and `urdma check` run.
-#[derive(Args, Debug, Clone)]
-pub(crate) struct PeerArgs {
-    /// Server to connect to. Without it (and without --server), a server
-    /// process on 127.0.0.2 and a client on 127.0.0.1 run on this host.
-    pub(crate) host: Option<IpAddr>,
-    /// Run the server side.
-    #[arg(long)]
-    pub(crate) server: bool,
-    /// Local address to use (server: listen address; client: source address).
-    #[arg(long)]
-    pub(crate) bind: Option<IpAddr>,
-    /// TCP port of the control connection.
-    #[arg(long, default_value_t = DEFAULT_CTRL_PORT)]
-    pub(crate) ctrl_port: u16,
-    /// UDP port of the urdma devices.
-    #[arg(long, default_value_t = urdma_wire_port())]
-    pub(crate) udp_port: u16,
 }
 
 /// Arguments of `urdma bench`.
@@ -110,15 +84,8 @@ pub struct BenchArgs {
     once: bool,
 }
 
-/// The RoCEv2 UDP port, the default of the devices' `--udp-port`.
-pub(crate) const fn urdma_wire_port() -> u16 {
-    4791
-}
-
 fn params(a: &BenchArgs, max_size: usize) -> Result<Params> {
-    let Some(mtu) = Mtu::from_bytes(a.mtu) else {
-        bail!("--mtu must be 256, 512, 1024, 2048 or 4096");
-    };
+    let mtu = path_mtu(a.mtu)?;
     if a.depth == 0 || a.depth > 4096 {
         bail!("--depth must be 1..=4096");
     }
@@ -142,48 +109,12 @@ fn sizes(a: &BenchArgs) -> Result<Vec<usize>> {
     Ok(v)
 }
 
-/// Connect to the server's control port, retrying while it starts.
-pub(crate) fn dial(
-    server: SocketAddr,
-    bind: Option<IpAddr>,
-    patience: Duration,
-) -> Result<TcpStream> {
-    let deadline = Instant::now() + patience;
-    loop {
-        let r = match bind {
-            Some(ip) => {
-                let s = socket2::Socket::new(
-                    socket2::Domain::for_address(server),
-                    socket2::Type::STREAM,
-                    None,
-                )?;
-                s.bind(&SocketAddr::new(ip, 0).into())?;
-                s.connect(&server.into()).map(|_| s.into())
-            }
-            None => TcpStream::connect(server),
-        };
-        match r {
-            Ok(s) => return Ok(s),
-            Err(e) if Instant::now() < deadline => {
-                tracing::debug!(error = %e, "server not ready yet");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => {
-                return Err(e).with_context(|| format!("cannot reach the server at {server}"))
-            }
-        }
-    }
-}
-
 /// Run `urdma bench`.
 pub fn run(a: &BenchArgs) -> Result<()> {
     let sizes = sizes(a)?;
     let p = params(a, *sizes.iter().max().unwrap_or(&1))?;
     if a.peer.server {
-        let ip = a.peer.bind.unwrap_or(IpAddr::from([0, 0, 0, 0]));
-        let l = TcpListener::bind((ip, a.peer.ctrl_port))
-            .with_context(|| format!("cannot listen on {ip}:{}", a.peer.ctrl_port))?;
-        eprintln!("urdma bench: server listening on {}", l.local_addr()?);
+        let l = a.peer.listen("bench")?;
         let p = params(a, 1 << 30)?;
         return server::serve(
             l,
@@ -203,9 +134,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     };
     match a.peer.host {
         Some(host) => {
-            let server = SocketAddr::new(host, a.peer.ctrl_port);
-            let ctrl = dial(server, a.peer.bind, Duration::from_secs(10))?;
-            let data = dial(server, a.peer.bind, Duration::from_secs(10))?;
+            let ctrl = a.peer.dial(host)?;
+            let data = a.peer.dial(host)?;
             client::run(ctrl, data, &p, &plan)
         }
         None => run_local(a, &p, &plan),
@@ -219,32 +149,16 @@ fn sizes_cap() -> usize {
 
 /// Server process on 127.0.0.2, client here on 127.0.0.1.
 fn run_local(a: &BenchArgs, p: &Params, plan: &client::Plan) -> Result<()> {
-    let server_ip: IpAddr = [127, 0, 0, 2].into();
-    let exe = std::env::current_exe()?;
-    let mut child: Child = Command::new(exe)
-        .args(["bench", "--server", "--once", "--bind", "127.0.0.2"])
-        .args([
-            "--ctrl-port",
-            &a.peer.ctrl_port.to_string(),
-            "--udp-port",
-            &a.peer.udp_port.to_string(),
-        ])
-        .args(["--mtu", &a.mtu.to_string(), "--depth", &a.depth.to_string()])
-        .spawn()
-        .context("cannot start the server process")?;
-    let r = (|| {
-        let server = SocketAddr::new(server_ip, a.peer.ctrl_port);
-        let ctrl = dial(server, Some([127, 0, 0, 1].into()), Duration::from_secs(20))?;
-        let data = dial(server, Some([127, 0, 0, 1].into()), Duration::from_secs(20))?;
-        client::run(ctrl, data, p, plan)
-    })();
-    if r.is_err() {
-        let _ = child.kill();
-    }
-    let status = child.wait()?;
-    r?;
-    if !status.success() {
-        bail!("server process failed: {status}");
-    }
-    Ok(())
+    let (mtu, depth) = (a.mtu.to_string(), a.depth.to_string());
+    LocalServer::run(
+        "bench",
+        &a.peer,
+        &["--mtu", &mtu, "--depth", &depth],
+        ServerExit::KillOnError,
+        |server| {
+            let ctrl = server.dial()?;
+            let data = server.dial()?;
+            client::run(ctrl, data, p, plan)
+        },
+    )
 }
