@@ -244,7 +244,11 @@ impl Engine {
     /// Run expired timers.
     pub fn handle_timeouts(&mut self, now: u64) {
         let (qps, mut cx) = self.split(now);
-        for qp in qps.values_mut() {
+        // In QP-number order, so that a run is a function of its inputs
+        // (a HashMap's order differs from process to process).
+        let mut due: Vec<&mut QpCtx> = qps.values_mut().collect();
+        due.sort_unstable_by_key(|qp| qp.qpn);
+        for qp in due {
             completer::on_timer(qp, &mut cx);
         }
     }
