@@ -7,7 +7,7 @@
 use super::check::{dma_len, remote_range};
 use super::execute::read_span;
 use super::reply;
-use crate::engine::qp::QpCtx;
+use crate::engine::qp::{QpCtx, RdAtomicRecord};
 use crate::engine::{drop_packet, psn, Counter, Ctx};
 use crate::types::AccessFlags;
 use urdma_wire::{OpKind, Packet};
@@ -18,6 +18,11 @@ pub(super) fn answer(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     if let Err(why) = replay(qp, cx, pkt) {
         drop_packet(qp, cx, why);
     }
+}
+
+/// The latest READ or atomic request remembered that `matches`.
+fn remembered(qp: &QpCtx, matches: impl Fn(&RdAtomicRecord) -> bool) -> Option<RdAtomicRecord> {
+    qp.resp.history.iter().rev().find(|r| matches(r)).copied()
 }
 
 /// Answer a duplicate again, or say why it cannot be.
@@ -33,12 +38,7 @@ fn replay(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), &'st
         }
         OpKind::ReadRequest => read(qp, cx, pkt),
         OpKind::CompareSwap | OpKind::FetchAdd => {
-            let orig = qp
-                .resp
-                .history
-                .iter()
-                .rev()
-                .find(|r| r.first_psn == p)
+            let orig = remembered(qp, |r| r.first_psn == p)
                 .and_then(|r| r.atomic_orig)
                 .ok_or("duplicate atomic no longer remembered")?;
             reply::atomic_ack(qp, cx, p, orig);
@@ -52,14 +52,10 @@ fn replay(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), &'st
 /// within a READ still remembered.
 fn read(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), &'static str> {
     let p = pkt.repr.bth.psn;
-    let rec = qp
-        .resp
-        .history
-        .iter()
-        .rev()
-        .find(|r| r.atomic_orig.is_none() && psn::le(r.first_psn, p) && psn::le(p, r.last_psn))
-        .copied()
-        .ok_or("duplicate READ no longer remembered")?;
+    let rec = remembered(qp, |r| {
+        r.atomic_orig.is_none() && psn::le(r.first_psn, p) && psn::le(p, r.last_psn)
+    })
+    .ok_or("duplicate READ no longer remembered")?;
     let Some(reth) = pkt.repr.reth else {
         return Ok(());
     };

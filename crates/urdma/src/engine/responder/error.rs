@@ -118,10 +118,37 @@ pub(super) fn reject(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, refusal
         fail_recv(qp, cx, w, status);
     }
     let p = pkt.repr.bth.psn;
-    match (qp.qp_type, kind) {
-        (_, RespError::Malformed) => {}
-        (_, RespError::Unsupported) => drop_packet(qp, cx, kind.describe()),
-        (QpType::Rc, RespError::PsnOutOfSequence) => {
+    match qp.qp_type {
+        QpType::Rc => rc(qp, cx, p, kind),
+        QpType::Uc => match kind {
+            RespError::Malformed | RespError::WrongContinuation => {}
+            RespError::Unsupported => drop_packet(qp, cx, kind.describe()),
+            RespError::PsnOutOfSequence
+            | RespError::OpcodeSequence
+            | RespError::InvalidRequest
+            | RespError::Length
+            | RespError::RemoteAccess
+            | RespError::RemoteOperational
+            | RespError::Rnr => {
+                abandon_message(qp, cx);
+                qp.resp.epsn = psn::add(p, 1);
+                drop_packet(qp, cx, kind.describe());
+            }
+        },
+        QpType::Ud => {
+            if !consumed && kind != RespError::Malformed {
+                drop_packet(qp, cx, kind.describe());
+            }
+        }
+    }
+}
+
+/// The consequence of refusing the RC request `p`.
+fn rc(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, kind: RespError) {
+    match kind {
+        RespError::Malformed => {}
+        RespError::Unsupported => drop_packet(qp, cx, kind.describe()),
+        RespError::PsnOutOfSequence => {
             if !qp.resp.nak_sent {
                 qp.resp.nak_sent = true;
                 cx.count(&mut qp.counters, Counter::SeqNaksSent);
@@ -130,25 +157,18 @@ pub(super) fn reject(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, refusal
             }
             drop_packet(qp, cx, kind.describe());
         }
-        (QpType::Rc, RespError::Rnr) => {
+        RespError::Rnr => {
             qp.resp.nak_sent = true;
             cx.count(&mut qp.counters, Counter::RnrNaksSent);
             let timer = qp.attr.min_rnr_timer;
             send_aeth(qp, cx, p, AckSyndrome::RnrNak { timer });
         }
-        (QpType::Rc, RespError::RemoteAccess) => nak_error(qp, cx, p, NakCode::RemoteAccessError),
-        (QpType::Rc, RespError::RemoteOperational) => {
-            nak_error(qp, cx, p, NakCode::RemoteOperationalError)
-        }
-        (QpType::Rc, _) => nak_error(qp, cx, p, NakCode::InvalidRequest),
-        (QpType::Uc, RespError::WrongContinuation) => {}
-        (QpType::Uc, _) => {
-            abandon_message(qp, cx);
-            qp.resp.epsn = psn::add(p, 1);
-            drop_packet(qp, cx, kind.describe());
-        }
-        (QpType::Ud, _) if consumed => {}
-        (QpType::Ud, _) => drop_packet(qp, cx, kind.describe()),
+        RespError::OpcodeSequence
+        | RespError::WrongContinuation
+        | RespError::InvalidRequest
+        | RespError::Length => nak_error(qp, cx, p, NakCode::InvalidRequest),
+        RespError::RemoteAccess => nak_error(qp, cx, p, NakCode::RemoteAccessError),
+        RespError::RemoteOperational => nak_error(qp, cx, p, NakCode::RemoteOperationalError),
     }
 }
 
