@@ -83,6 +83,29 @@ fn advance(qp: &mut QpCtx, p: u32, ends_message: bool) {
     }
 }
 
+/// Write `parts` one after the other into `wqe` from message offset
+/// `off`; returns the WQE and the offset after them. A message longer than
+/// the buffer is a length error (nothing written), a buffer that cannot be
+/// written an operational one; either fails the WQE.
+pub(super) fn place(
+    wqe: RecvWqe,
+    off: usize,
+    parts: &[&[u8]],
+) -> Result<(RecvWqe, usize), Refusal> {
+    let end = off + parts.iter().map(|p| p.len()).sum::<usize>();
+    if end > wqe.len {
+        return Err(Refusal::failing(RespError::Length, wqe));
+    }
+    let mut at = off;
+    for part in parts {
+        if scatter(&wqe.sges, at, part).is_err() {
+            return Err(Refusal::failing(RespError::RemoteOperational, wqe));
+        }
+        at += part.len();
+    }
+    Ok((wqe, end))
+}
+
 /// Place a SEND packet at offset `off` of the message in `wqe`.
 fn send(
     qp: &mut QpCtx,
@@ -91,13 +114,7 @@ fn send(
     wqe: RecvWqe,
     off: usize,
 ) -> Result<(), Refusal> {
-    let end = off + pkt.payload.len();
-    if end > wqe.len {
-        return Err(Refusal::failing(RespError::Length, wqe));
-    }
-    if scatter(&wqe.sges, off, pkt.payload).is_err() {
-        return Err(Refusal::failing(RespError::RemoteOperational, wqe));
-    }
+    let (wqe, end) = place(wqe, off, &[pkt.payload])?;
     let last = pkt.repr.bth.opcode.info().position.ends_message();
     advance(qp, pkt.repr.bth.psn, last);
     if last {

@@ -4,16 +4,15 @@
 
 use super::check::{header, take_recv};
 use super::error::{Refusal, RespError};
-use super::execute::recv_wc;
+use super::execute::{place, recv_wc};
 use crate::engine::qp::QpCtx;
-use crate::engine::wqe::RecvWqe;
 use crate::engine::Ctx;
-use crate::mr::scatter;
 use crate::types::{WcFlags, WcOpcode};
 use std::net::SocketAddr;
-use urdma_wire::{Deth, Packet, GRH_LEN};
+use urdma_wire::{Packet, GRH_LEN};
 
-/// Check and execute a UD request.
+/// Check and execute a UD request: its Q_Key, its length, a receive WQE,
+/// then the GRH and the payload into that WQE.
 pub(super) fn request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), Refusal> {
     let deth = header(pkt.repr.deth)?;
     if deth.qkey != qp.attr.qkey {
@@ -23,7 +22,19 @@ pub(super) fn request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Res
         return Err(RespError::Length.into());
     }
     let wqe = take_recv(qp, cx)?;
-    deliver(qp, cx, pkt, deth, wqe)
+    let udp_len = 8
+        + pkt.repr.header_len()
+        + pkt.payload.len()
+        + pkt.repr.bth.pad_count as usize
+        + urdma_wire::ICRC_LEN;
+    let grh = grh_bytes(cx.last_src, cx.local, udp_len);
+    let (wqe, total) = place(wqe, 0, &[&grh, pkt.payload])?;
+    let mut wc = recv_wc(qp, &wqe, WcOpcode::Recv, total, deth.src_qp, pkt);
+    wc.wc_flags |= WcFlags::GRH;
+    // Release the buffers before the completion becomes visible.
+    drop(wqe);
+    qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
+    Ok(())
 }
 
 /// The 40-byte GRH area as RoCE v2 presents it: for IPv4, 20 zero bytes
@@ -33,34 +44,6 @@ fn grh_bytes(src: SocketAddr, dst: SocketAddr, udp_len: usize) -> [u8; GRH_LEN] 
     let mut g = [0u8; GRH_LEN];
     urdma_wire::GrhRepr::new(src.ip(), dst.ip(), udp_len).emit(&mut g);
     g
-}
-
-/// Place the GRH and the payload in `wqe` and complete it.
-fn deliver(
-    qp: &mut QpCtx,
-    cx: &mut Ctx<'_>,
-    pkt: &Packet<'_>,
-    deth: Deth,
-    wqe: RecvWqe,
-) -> Result<(), Refusal> {
-    let total = GRH_LEN + pkt.payload.len();
-    if total > wqe.len {
-        return Err(Refusal::failing(RespError::Length, wqe));
-    }
-    let udp_len = 8
-        + pkt.repr.header_len()
-        + pkt.payload.len()
-        + pkt.repr.bth.pad_count as usize
-        + urdma_wire::ICRC_LEN;
-    let grh = grh_bytes(cx.last_src, cx.local, udp_len);
-    if scatter(&wqe.sges, 0, &grh).is_err() || scatter(&wqe.sges, GRH_LEN, pkt.payload).is_err() {
-        return Err(Refusal::failing(RespError::RemoteOperational, wqe));
-    }
-    let mut wc = recv_wc(qp, &wqe, WcOpcode::Recv, total, deth.src_qp, pkt);
-    wc.wc_flags |= WcFlags::GRH;
-    drop(wqe);
-    qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
-    Ok(())
 }
 
 #[cfg(test)]
