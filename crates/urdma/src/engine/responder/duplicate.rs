@@ -5,8 +5,7 @@
 //! answered is dropped, never NAKed.
 
 use super::check::{dma_len, remote_range};
-use super::execute::read_span;
-use super::reply;
+use super::reply::{self, read_span};
 use crate::engine::qp::{QpCtx, RdAtomicRecord};
 use crate::engine::{drop_packet, psn, Counter, Ctx};
 use crate::types::AccessFlags;

@@ -33,11 +33,6 @@ pub(super) fn execute(
     }
 }
 
-/// Number of PSNs (responses) of a READ of `len` bytes.
-pub(super) fn read_span(qp: &QpCtx, len: usize) -> u32 {
-    len.div_ceil(qp.mtu()).max(1) as u32
-}
-
 /// The successful completion of a receive WQE: `byte_len` bytes from QP
 /// `src_qp`, with the packet's immediate data if any.
 pub(super) fn recv_wc(
@@ -172,7 +167,7 @@ fn remember(qp: &mut QpCtx, rec: RdAtomicRecord) {
 
 /// Answer the READ request `p` of `len` bytes from `range`.
 fn read(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, range: Option<Range<'_>>, len: usize) {
-    let n = read_span(qp, len);
+    let n = reply::read_span(qp, len);
     remember(
         qp,
         RdAtomicRecord {

@@ -74,6 +74,11 @@ pub(super) fn ack_if_asked(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     }
 }
 
+/// Number of PSNs (responses) of a READ of `len` bytes.
+pub(super) fn read_span(qp: &QpCtx, len: usize) -> u32 {
+    len.div_ceil(qp.mtu()).max(1) as u32
+}
+
 /// Send the responses to a READ of `len` bytes from `range` (none for
 /// zero bytes), starting at PSN `first`.
 pub(super) fn read_responses(
@@ -84,7 +89,7 @@ pub(super) fn read_responses(
     first: u32,
 ) {
     let mtu = qp.mtu();
-    let n = len.div_ceil(mtu).max(1);
+    let n = read_span(qp, len) as usize;
     for i in 0..n {
         let opcode = match (i, n) {
             (_, 1) => Opcode::RcReadResponseOnly,
