@@ -91,7 +91,7 @@ pub(super) enum Plan<'m> {
 }
 
 /// True for the packet that starts its message (FIRST or ONLY).
-pub(super) fn starts_message(info: &OpcodeInfo) -> bool {
+fn starts_message(info: &OpcodeInfo) -> bool {
     matches!(info.position, Position::First | Position::Only)
 }
 
@@ -173,7 +173,7 @@ pub(super) fn opcode(qp: &QpCtx, pkt: &Packet<'_>) -> Result<Op, RespError> {
 
 /// Whether a packet's payload length suits its position in the message:
 /// all but the last packet carry exactly one MTU.
-pub(super) fn length_ok(pos: Position, len: usize, mtu: usize) -> bool {
+fn length_ok(pos: Position, len: usize, mtu: usize) -> bool {
     match pos {
         Position::First | Position::Middle => len == mtu,
         Position::Last | Position::Only => len <= mtu,
