@@ -4,7 +4,11 @@
 
 use crate::mem::{MemError, MemRegion};
 use crate::types::AccessFlags;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+/// Registered regions by key (L_Key and R_Key are equal).
+pub type MrTable = HashMap<u32, Arc<MrEntry>>;
 
 /// A registered memory region as the engine sees it.
 #[derive(Debug)]
@@ -29,6 +33,9 @@ pub struct MrEntry {
 /// Why an MR check failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MrCheckError {
+    /// No region is registered under the key.
+    #[error("unknown key")]
+    UnknownKey,
     /// Region belongs to another protection domain.
     #[error("protection domain mismatch")]
     WrongPd,
@@ -109,6 +116,23 @@ impl MrEntry {
         v.iter()
             .any(|&(s, e)| s < end.max(start + 1) && start < e.max(s + 1))
     }
+}
+
+/// Find the region registered under `key` and check `[va, va+len)`
+/// against it, the protection domain `pd` and the rights `need`: the one
+/// lookup behind every access by key, local (L_Key of an SGE) or remote
+/// (R_Key of a request). Returns the region and the offset of `va` in it.
+pub fn lookup(
+    mrs: &MrTable,
+    key: u32,
+    pd: u32,
+    va: u64,
+    len: usize,
+    need: AccessFlags,
+) -> Result<(&Arc<MrEntry>, usize), MrCheckError> {
+    let mr = mrs.get(&key).ok_or(MrCheckError::UnknownKey)?;
+    let off = mr.check(pd, va, len, need)?;
+    Ok((mr, off))
 }
 
 /// A scatter/gather element resolved to a registered region: the region is
@@ -238,6 +262,23 @@ mod tests {
         );
         assert_eq!(
             m.check(1, 0x1000, 1, AccessFlags::REMOTE_READ),
+            Err(MrCheckError::NoAccess)
+        );
+    }
+
+    #[test]
+    fn lookup_by_key() {
+        let m = entry(100, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ);
+        let mrs = MrTable::from([(7, m.clone())]);
+        let (found, off) = lookup(&mrs, 7, 1, 0x1008, 8, AccessFlags::REMOTE_READ).unwrap();
+        assert!(Arc::ptr_eq(found, &m));
+        assert_eq!(off, 8);
+        assert_eq!(
+            lookup(&mrs, 8, 1, 0x1000, 1, AccessFlags::empty()).map(|(_, o)| o),
+            Err(MrCheckError::UnknownKey)
+        );
+        assert_eq!(
+            lookup(&mrs, 7, 1, 0x1000, 1, AccessFlags::REMOTE_WRITE).map(|(_, o)| o),
             Err(MrCheckError::NoAccess)
         );
     }

@@ -2,21 +2,22 @@
 //! PDs, MRs and QPs, and posting work requests. Every call validates its
 //! input against IB semantics and the device limits.
 
+mod attr;
+
 use super::command::CreateQp;
 use super::qp::QpCtx;
 use super::wqe::{Payload, RecvWqe, SendOp, SendWqe, UdDest};
 use super::{psn, requester, Engine};
 use crate::error::{Error, Result};
 use crate::mem::MemRegion;
-use crate::mr::{LocalSge, MrEntry};
+use crate::mr::{self, LocalSge, MrCheckError, MrEntry, MrTable};
 use crate::types::{
     AccessFlags, QpAttrMask as M, QpState, QpType, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::verbs::modify::check_transition;
 use crate::verbs::QpAttr;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use urdma_wire::{PSN_MASK, QPN_MASK};
+use urdma_wire::QPN_MASK;
 
 /// One scatter/gather element as a verbs caller gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,11 +237,11 @@ impl Engine {
         let (qp, mut cx) = self.qp_and_ctx(now, qpn)?;
         let cur = qp.state();
         let to = check_transition(qp.qp_type, cur, mask, attr.qp_state, attr.cur_qp_state)?;
-        validate_values(attr, mask, &dev, local)?;
+        attr::validate_values(attr, mask, &dev, local)?;
         if mask.contains(M::CAP) {
             return Err(Error::inval("resizing QP queues is not supported"));
         }
-        apply(qp, attr, mask);
+        attr::apply(qp, attr, mask);
         match to {
             QpState::Reset => qp.reset(),
             QpState::Err => {
@@ -330,142 +331,9 @@ impl Engine {
     }
 }
 
-fn validate_values(
-    a: &QpAttr,
-    mask: M,
-    dev: &crate::verbs::DeviceAttr,
-    local: SocketAddr,
-) -> Result<()> {
-    if mask.contains(M::PORT) && a.port_num != 1 {
-        return Err(Error::inval(format!("port {} does not exist", a.port_num)));
-    }
-    if mask.contains(M::PKEY_INDEX) && a.pkey_index != 0 {
-        return Err(Error::inval(format!(
-            "pkey index {} out of range",
-            a.pkey_index
-        )));
-    }
-    if mask.contains(M::RQ_PSN) && a.rq_psn > PSN_MASK {
-        return Err(Error::inval("rq_psn wider than 24 bits"));
-    }
-    if mask.contains(M::SQ_PSN) && a.sq_psn > PSN_MASK {
-        return Err(Error::inval("sq_psn wider than 24 bits"));
-    }
-    if mask.contains(M::DEST_QPN) && a.dest_qp_num > QPN_MASK {
-        return Err(Error::inval("dest_qp_num wider than 24 bits"));
-    }
-    if mask.contains(M::TIMEOUT) && a.timeout > 31 {
-        return Err(Error::inval("timeout above 31"));
-    }
-    if mask.contains(M::RETRY_CNT) && a.retry_cnt > 7 {
-        return Err(Error::inval("retry_cnt above 7"));
-    }
-    if mask.contains(M::RNR_RETRY) && a.rnr_retry > 7 {
-        return Err(Error::inval("rnr_retry above 7"));
-    }
-    if mask.contains(M::MIN_RNR_TIMER) && a.min_rnr_timer > 31 {
-        return Err(Error::inval("min_rnr_timer above 31"));
-    }
-    if mask.contains(M::MAX_QP_RD_ATOMIC) && u32::from(a.max_rd_atomic) > dev.max_qp_init_rd_atom {
-        return Err(Error::inval(format!(
-            "max_rd_atomic above {}",
-            dev.max_qp_init_rd_atom
-        )));
-    }
-    if mask.contains(M::MAX_DEST_RD_ATOMIC) && u32::from(a.max_dest_rd_atomic) > dev.max_qp_rd_atom
-    {
-        return Err(Error::inval(format!(
-            "max_dest_rd_atomic above {}",
-            dev.max_qp_rd_atom
-        )));
-    }
-    if mask.contains(M::PATH_MTU) && a.path_mtu > dev.port_mtu {
-        return Err(Error::inval(format!(
-            "path MTU {} above the port's active MTU {}",
-            a.path_mtu.bytes(),
-            dev.port_mtu.bytes()
-        )));
-    }
-    if mask.contains(M::ACCESS_FLAGS) && !AccessFlags::all().contains(a.qp_access_flags) {
-        return Err(Error::inval("unknown access flags"));
-    }
-    if mask.contains(M::AV) {
-        let av = &a.ah_attr;
-        if av.dgid.is_zero() {
-            return Err(Error::inval("address vector without a destination GID"));
-        }
-        if av.sgid_index != 0 {
-            return Err(Error::inval(format!(
-                "sgid index {} out of range",
-                av.sgid_index
-            )));
-        }
-        if av.dgid.to_ip().is_ipv4() != local.is_ipv4() {
-            return Err(Error::inval("destination GID of another address family"));
-        }
-        if av.udp_port == 0 {
-            return Err(Error::inval("UDP port 0"));
-        }
-    }
-    Ok(())
-}
-
-fn apply(qp: &mut QpCtx, a: &QpAttr, mask: M) {
-    let t = &mut qp.attr;
-    if mask.contains(M::ACCESS_FLAGS) {
-        t.qp_access_flags = a.qp_access_flags;
-    }
-    if mask.contains(M::PKEY_INDEX) {
-        t.pkey_index = a.pkey_index;
-    }
-    if mask.contains(M::PORT) {
-        t.port_num = a.port_num;
-    }
-    if mask.contains(M::QKEY) {
-        t.qkey = a.qkey;
-    }
-    if mask.contains(M::AV) {
-        t.ah_attr = a.ah_attr;
-        qp.remote = Some(SocketAddr::new(a.ah_attr.dgid.to_ip(), a.ah_attr.udp_port));
-    }
-    if mask.contains(M::PATH_MTU) {
-        t.path_mtu = a.path_mtu;
-    }
-    if mask.contains(M::TIMEOUT) {
-        t.timeout = a.timeout;
-    }
-    if mask.contains(M::RETRY_CNT) {
-        t.retry_cnt = a.retry_cnt;
-    }
-    if mask.contains(M::RNR_RETRY) {
-        t.rnr_retry = a.rnr_retry;
-    }
-    if mask.contains(M::RQ_PSN) {
-        t.rq_psn = a.rq_psn;
-    }
-    if mask.contains(M::SQ_PSN) {
-        t.sq_psn = a.sq_psn;
-    }
-    if mask.contains(M::MAX_QP_RD_ATOMIC) {
-        t.max_rd_atomic = a.max_rd_atomic;
-    }
-    if mask.contains(M::MAX_DEST_RD_ATOMIC) {
-        t.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    }
-    if mask.contains(M::MIN_RNR_TIMER) {
-        t.min_rnr_timer = a.min_rnr_timer;
-    }
-    if mask.contains(M::DEST_QPN) {
-        t.dest_qp_num = a.dest_qp_num;
-    }
-    if mask.contains(M::EN_SQD_ASYNC_NOTIFY) {
-        t.en_sqd_async_notify = a.en_sqd_async_notify;
-    }
-}
-
 /// Resolve a caller's SGEs against the MR table.
 pub(super) fn resolve_sges(
-    mrs: &std::collections::HashMap<u32, Arc<MrEntry>>,
+    mrs: &MrTable,
     pd: u32,
     sges: &[SgEntry],
     need: AccessFlags,
@@ -475,22 +343,17 @@ pub(super) fn resolve_sges(
         if s.length == 0 {
             continue;
         }
-        let mr = mrs
-            .get(&s.lkey)
-            .ok_or_else(|| format!("unknown lkey {:#x}", s.lkey))?;
-        let off = mr
-            .check(pd, s.addr, s.length as usize, need)
-            .map_err(|e| format!("lkey {:#x}: {e}", s.lkey))?;
-        out.push(LocalSge::new(mr.clone(), off, s.length as usize));
+        let len = s.length as usize;
+        let (mr, off) = mr::lookup(mrs, s.lkey, pd, s.addr, len, need).map_err(|e| match e {
+            MrCheckError::UnknownKey => format!("unknown lkey {:#x}", s.lkey),
+            e => format!("lkey {:#x}: {e}", s.lkey),
+        })?;
+        out.push(LocalSge::new(mr.clone(), off, len));
     }
     Ok(out)
 }
 
-fn build_send_wqe(
-    qp: &QpCtx,
-    mrs: &std::collections::HashMap<u32, Arc<MrEntry>>,
-    wr: SendRequest,
-) -> Result<SendWqe> {
+fn build_send_wqe(qp: &QpCtx, mrs: &MrTable, wr: SendRequest) -> Result<SendWqe> {
     let op = wr.op;
     match qp.qp_type {
         QpType::Uc if op.is_read_or_atomic() => {

@@ -1,0 +1,121 @@
+//! What the responder sends back on RC: ACKs (coalesced within a batch),
+//! NAKs, READ responses and atomic ACKs, in order.
+
+use super::check::Range;
+use crate::engine::qp::QpCtx;
+use crate::engine::tx::{self, PayloadSrc};
+use crate::engine::{psn, Ctx};
+use urdma_wire::{AckSyndrome, Aeth, AtomicAckEth, Bth, Opcode, Packet, PacketRepr};
+
+/// ACK credit field value meaning "no end-to-end credits in use".
+const NO_CREDITS: u8 = 31;
+
+/// The syndrome of a positive acknowledgement.
+const ACK: AckSyndrome = AckSyndrome::Ack {
+    credits: NO_CREDITS,
+};
+
+/// Queue a response for the connected peer.
+fn transmit(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSrc<'_>) {
+    let Some(dst) = qp.remote else { return };
+    let _ = tx::send(cx, &mut qp.counters, dst, repr, payload);
+}
+
+/// Queue a response after any ACK held back, keeping responses in order.
+fn reply(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSrc<'_>) {
+    flush_ack(qp, cx);
+    transmit(qp, cx, repr, payload);
+}
+
+/// Send the ACK held back while a batch of packets was handled.
+pub fn flush_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+    if let Some(p) = qp.resp.ack_due.take() {
+        emit_aeth(qp, cx, p, ACK);
+    }
+}
+
+/// Send an ACK or NAK. Within a batch, plain ACKs are coalesced: only the
+/// last one goes out, when the batch ends or before any other response.
+pub(super) fn send_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
+    if cx.batching && matches!(syndrome, AckSyndrome::Ack { .. }) {
+        if qp.resp.ack_due.replace(p).is_none() {
+            cx.deferred_acks.push(qp.qpn);
+        }
+        return;
+    }
+    flush_ack(qp, cx);
+    emit_aeth(qp, cx, p, syndrome);
+}
+
+/// The AETH of a response: `syndrome` and the current MSN.
+fn aeth(qp: &QpCtx, syndrome: AckSyndrome) -> Option<Aeth> {
+    Some(Aeth {
+        syndrome,
+        msn: qp.resp.msn,
+    })
+}
+
+/// Send an ACK or NAK for PSN `p` now.
+fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
+    let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, p));
+    repr.aeth = aeth(qp, syndrome);
+    transmit(qp, cx, &repr, PayloadSrc::Empty);
+}
+
+/// Acknowledge PSN `p`.
+pub(super) fn ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) {
+    send_aeth(qp, cx, p, ACK);
+}
+
+/// Acknowledge an executed SEND or WRITE packet if its sender asked.
+pub(super) fn ack_if_asked(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
+    if pkt.repr.bth.ack_req {
+        ack(qp, cx, pkt.repr.bth.psn);
+    }
+}
+
+/// Number of PSNs (responses) of a READ of `len` bytes.
+pub(super) fn read_span(qp: &QpCtx, len: usize) -> u32 {
+    len.div_ceil(qp.mtu()).max(1) as u32
+}
+
+/// Send the responses to a READ of `len` bytes from `range` (none for
+/// zero bytes), starting at PSN `first`.
+pub(super) fn read_responses(
+    qp: &mut QpCtx,
+    cx: &mut Ctx<'_>,
+    range: Option<Range<'_>>,
+    len: usize,
+    first: u32,
+) {
+    let mtu = qp.mtu();
+    let n = read_span(qp, len) as usize;
+    for i in 0..n {
+        let opcode = match (i, n) {
+            (_, 1) => Opcode::RcReadResponseOnly,
+            (0, _) => Opcode::RcReadResponseFirst,
+            (i, n) if i + 1 == n => Opcode::RcReadResponseLast,
+            _ => Opcode::RcReadResponseMiddle,
+        };
+        let p = psn::add(first, i as u32);
+        let mut repr = PacketRepr::new(Bth::new(opcode, qp.attr.dest_qp_num, p));
+        if opcode.info().has_aeth {
+            repr.aeth = aeth(qp, ACK);
+        }
+        let start = i * mtu;
+        let plen = mtu.min(len - start.min(len));
+        let src = match range {
+            Some((mr, off)) if plen > 0 => PayloadSrc::Region(mr, off + start, plen),
+            _ => PayloadSrc::Empty,
+        };
+        reply(qp, cx, &repr, src);
+    }
+}
+
+/// Send the atomic ACK of PSN `p` with the original value `orig`.
+pub(super) fn atomic_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, orig: u64) {
+    let mut repr = PacketRepr::new(Bth::new(Opcode::RcAtomicAck, qp.attr.dest_qp_num, p));
+    repr.aeth = aeth(qp, ACK);
+    repr.atomic_ack_eth = Some(AtomicAckEth { orig });
+    reply(qp, cx, &repr, PayloadSrc::Empty);
+}
