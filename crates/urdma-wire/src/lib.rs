@@ -65,7 +65,9 @@ pub use icrc::{
 };
 pub use ipv4::ipv4_header_sum;
 pub use opcode::{OpKind, Opcode, OpcodeInfo, Position, Transport};
-pub use packet::{build, emit_headers, parse, parse_unchecked, seal, Packet, PacketRepr};
+pub use packet::{
+    build, emit_headers, parse, parse_received, parse_unchecked, seal, Packet, PacketRepr,
+};
 pub use reth::Reth;
 
 /// UDP destination port of RoCEv2 (IANA assigned).

@@ -124,6 +124,15 @@ pub fn parse<'a>(datagram: &'a [u8], ctx: &IcrcContext) -> Result<Packet<'a>, Wi
     parse_unchecked(datagram)
 }
 
+/// Parse a datagram received from a UDP socket, from any RoCEv2 sender:
+/// as [`parse`], but the ICRC is accepted for whatever IPv4 identification
+/// and DF flag the sender put in the IP header the socket does not show
+/// (see [`crate::check_icrc_any_ident`] for the integrity this leaves).
+pub fn parse_received<'a>(datagram: &'a [u8], ctx: &IcrcContext) -> Result<Packet<'a>, WireError> {
+    crate::check_icrc_any_ident(datagram, ctx)?;
+    parse_unchecked(datagram)
+}
+
 /// Same without ICRC verification (for tools and fuzzing).
 ///
 /// The last [`ICRC_LEN`] bytes are still taken to be the ICRC and are not

@@ -337,3 +337,41 @@ fn nak_and_rnr_survive_the_trip() {
         assert_eq!(parsed, Ok(repr));
     }
 }
+
+/// An ACK that Linux rxe sent (169.254.70.1, UDP source port 59731, IPv4
+/// identification 0xf8de with DF) to 169.254.70.2: its ICRC covers that
+/// identification, so only `parse_received` takes it, and a flipped bit
+/// is still refused.
+#[test]
+fn received_from_rxe_with_its_ipv4_identification() {
+    let hex = "1100ffff0000190500dd50f91f000001d980511f";
+    let d: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let ctx = IcrcContext::new(
+        "169.254.70.1:59731".parse().unwrap(),
+        "169.254.70.2:4791".parse().unwrap(),
+    );
+    assert_eq!(parse(&d, &ctx).map(|p| p.repr), Err(WireError::BadIcrc));
+    let p = parse_received(&d, &ctx).expect("rxe's ACK");
+    assert_eq!(p.repr.bth.opcode, Opcode::RcAck);
+    assert_eq!(p.repr.bth.dest_qp, 0x1905);
+    assert_eq!(
+        crate::check_icrc_any_ident(&d, &ctx)
+            .unwrap()
+            .unwrap()
+            .identification,
+        0xf8de
+    );
+    for bit in 0..(d.len() - 4) * 8 {
+        let mut bad = d.clone();
+        bad[bit / 8] ^= 1 << (bit % 8);
+        if bit / 8 == 4 {
+            continue; // FECN, BECN and reserved bits: masked from the ICRC
+        }
+        assert!(
+            parse_received(&bad, &ctx).is_err(),
+            "bit {bit} flipped, accepted"
+        );
+    }
+}

@@ -290,7 +290,9 @@ impl Engine {
             src,
             dst: self.local,
         };
-        let pkt = match urdma_wire::parse(data, &ctx) {
+        // Any sender: rxe and RNICs put a non-zero IPv4 identification,
+        // which the ICRC covers and the socket does not show.
+        let pkt = match urdma_wire::parse_received(data, &ctx) {
             Ok(p) => p,
             Err(e) => {
                 match e {
