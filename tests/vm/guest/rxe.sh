@@ -1,0 +1,155 @@
+#!/bin/bash
+# Guest test: urdma and Linux Soft-RoCE (rdma_rxe) as RoCEv2 peers, with
+# Debian's unmodified verbs programs on both ends, each end as server and
+# as client. rxe binds UDP 4791 in the root namespace only, so rxe runs on
+# one end of a veth pair in the root namespace and urdma (`urdma run
+# --addr`) in a namespace of its own on the other end; link-local
+# addresses only (169.254.0.0/16), in a namespace this script creates and
+# deletes. The veth MTU is 1500, so both ports run at MTU 1024.
+#
+# Prints "ok - rxe: NAME" / "FAIL - rxe: NAME" per run and, as information
+# (not pass/fail), "# figure:" lines with each pair's bandwidth or latency.
+#
+# Environment: URDMA (the urdma binary), RXE_TIMEOUT (seconds per program,
+# default 180), RXE_CASES (a subset of the case names below, for experiments).
+set -u
+U=${URDMA:?URDMA names the urdma binary}
+T=${RXE_TIMEOUT:-180}
+NS=urdma-rxe
+IP_R=169.254.70.1
+IP_U=169.254.70.2
+DEV_R=rxv-r
+DEV_U=rxv-u
+W=$(mktemp -d)
+failures=0
+ok() { echo "ok - rxe: $*"; }
+fail() { echo "FAIL - rxe: $*"; failures=$((failures + 1)); }
+
+cleanup() {
+  local p
+  for p in $(ip netns pids $NS 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  rdma link delete rxe0 2>/dev/null
+  ip link del $DEV_R 2>/dev/null
+  ip netns del $NS 2>/dev/null
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+modprobe veth && modprobe rdma_rxe || { fail "modules veth and rdma_rxe load"; exit 1; }
+ip netns add $NS &&
+  ip link add $DEV_R type veth peer name $DEV_U netns $NS &&
+  ip addr add $IP_R/24 dev $DEV_R && ip link set $DEV_R up &&
+  ip -n $NS addr add $IP_U/24 dev $DEV_U && ip -n $NS link set $DEV_U up &&
+  ip -n $NS link set lo up || { fail "veth between the root namespace and $NS"; exit 1; }
+rdma link add rxe0 type rxe netdev $DEV_R || { fail "rdma link add rxe0"; exit 1; }
+
+# rxe's GID table starts with the IPv6 link-local GID: find the RoCE v2 GID
+# of its IPv4 address.
+GR=
+for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+  i=${f##*/}
+  if [ "$(cat "$f" 2>/dev/null)" = "0000:0000:0000:0000:0000:ffff:a9fe:4601" ] &&
+    [ "$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ]; then
+    GR=$i
+    break
+  fi
+done
+[ -n "$GR" ] && ok "rxe0 on $DEV_R, RoCE v2 GID index $GR" || { fail "rxe0 has the RoCE v2 GID of $IP_R"; exit 1; }
+busybox ping -c 1 -W 5 $IP_U >/dev/null 2>&1 || fail "ping $IP_U from the root namespace"
+
+# end SIDE KIND PROGRAM ARGS...: sets CMD to the command line of PROGRAM
+# on SIDE: rxe in the root namespace, or urdma in $NS. KIND is the GID
+# index option (-g for ibv_*, -x for perftest).
+end() {
+  local side=$1 kind=$2
+  shift 2
+  if [ "$side" = rxe ]; then
+    CMD=("$@" -d rxe0 "$kind" "$GR")
+  else
+    CMD=(ip netns exec $NS "$U" run --addr $IP_U -- "$@" -d urdma0 "$kind" 0)
+  fi
+}
+
+# wait_listen NS PORT: until a TCP port listens in NS ("" = root namespace).
+wait_listen() {
+  local i=0
+  local hex
+  hex=$(printf '%04X' "$2")
+  # A socket in state 0A (LISTEN) on that port, in the namespace's table.
+  while ! ${1:+ip netns exec $1} cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+    awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }'; do
+    sleep 0.2
+    i=$((i + 1))
+    [ $i -gt 100 ] && return 1
+  done
+  return 0
+}
+
+# run_pair NAME DIRECTION KIND PROGRAM ARGS...: the server on one end and
+# the client on the other (DIRECTION rxe-urdma: rxe serves, urdma
+# connects; urdma-rxe: the reverse). KIND is -g (ibv_*) or -x (perftest).
+run_pair() {
+  local name=$1 dir=$2 kind=$3
+  shift 3
+  local srv cli srv_ns peer
+  if [ "$dir" = rxe-urdma ]; then
+    srv=rxe cli=urdma srv_ns= peer=$IP_R
+  else
+    srv=urdma cli=rxe srv_ns=$NS peer=$IP_U
+  fi
+  end $srv "$kind" "$@"
+  timeout -k 5 "$T" "${CMD[@]}" >"$W/srv" 2>&1 &
+  local spid=$!
+  wait_listen "$srv_ns" 18515 || echo "    # $name, $dir: the server did not listen on 18515 within 20 s"
+  end $cli "$kind" "$@" "$peer"
+  timeout -k 5 "$T" "${CMD[@]}" >"$W/cli" 2>&1
+  local crc=$?
+  wait $spid
+  local src=$?
+  local label="$name, $dir (server $(echo "$dir" | cut -d- -f1))"
+  if [ $crc = 0 ] && [ $src = 0 ]; then
+    ok "$label"
+    figure "$name" "$dir"
+  else
+    fail "$label: server status $src, client status $crc"
+    sed 's/^/    server: /' "$W/srv" | tail -12
+    sed 's/^/    client: /' "$W/cli" | tail -12
+  fi
+}
+
+# figure NAME DIRECTION: the client's result line, as information.
+figure() {
+  local line
+  case $1 in
+    ibv_*) line=$(grep -E 'bytes in .* seconds' "$W/cli" | tail -1) ;;
+    # perftest's result rows: bytes, iterations, then figures (the last
+    # row: the largest size of -a).
+    ib_*) line=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ && NF >= 5 { l = $0 } END { print l }' "$W/cli") ;;
+  esac
+  [ -n "$line" ] && echo "    # figure: $1 $2: $(echo "$line" | tr -s ' ')"
+}
+
+CASES=${RXE_CASES:-"rc uc ud srq write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat"}
+for c in $CASES; do
+  for dir in rxe-urdma urdma-rxe; do
+    case $c in
+      rc) run_pair ibv_rc_pingpong $dir -g ibv_rc_pingpong -n 100 ;;
+      uc) run_pair ibv_uc_pingpong $dir -g ibv_uc_pingpong -n 100 ;;
+      ud) run_pair ibv_ud_pingpong $dir -g ibv_ud_pingpong -n 100 -s 512 ;;
+      srq) run_pair ibv_srq_pingpong $dir -g ibv_srq_pingpong -n 100 ;;
+      write_bw) run_pair "ib_write_bw -a" $dir -x ib_write_bw -a -n 5 -m 1024 -F ;;
+      read_bw) run_pair "ib_read_bw -a" $dir -x ib_read_bw -a -n 5 -m 1024 -F ;;
+      send_bw) run_pair "ib_send_bw -a" $dir -x ib_send_bw -a -n 5 -m 1024 -F ;;
+      atomic_bw) run_pair ib_atomic_bw $dir -x ib_atomic_bw -n 200 -F ;;
+      write_lat) run_pair ib_write_lat $dir -x ib_write_lat -n 200 -F ;;
+      read_lat) run_pair ib_read_lat $dir -x ib_read_lat -n 200 -F ;;
+      send_lat) run_pair ib_send_lat $dir -x ib_send_lat -n 200 -F ;;
+      *) fail "unknown case $c" ;;
+    esac
+  done
+done
+
+dmesg | grep -E "WARNING|BUG:|Oops|Call Trace" >"$W/dmesg" && { fail "kernel log clean"; cat "$W/dmesg"; } || ok "kernel log clean"
+trap - EXIT
+cleanup
+[ $failures -eq 0 ]
