@@ -79,7 +79,7 @@ impl Session {
             sq_sig_all: false,
         })?;
         let hello = Msg::Hello {
-            endpoint: qp.endpoint(),
+            endpoint: qp.endpoint().with_mtu_at_most(p.mtu),
             buf: mr.remote(),
         };
         let theirs = if client {

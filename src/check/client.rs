@@ -34,7 +34,10 @@ pub(super) fn client(ctrl: TcpStream, a: &CheckArgs) -> Result<()> {
         mtu: a.mtu,
         timeout: a.timeout,
         retry_cnt: a.retry_cnt,
-        endpoints: ends.iter().map(|e| e.qp.endpoint()).collect(),
+        endpoints: ends
+            .iter()
+            .map(|e| e.qp.endpoint().with_mtu_at_most(mtu))
+            .collect(),
         buf: mr.remote(),
     })?;
     let (endpoints, peer) = match ch.recv_as::<Msg>()? {

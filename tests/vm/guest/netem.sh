@@ -8,8 +8,8 @@
 # Only link-local addresses are used (169.254.0.0/16), inside namespaces
 # this script creates and deletes.
 #
-# Environment (for experiments): NETEM_TESTS ("faults", "dead-peer" or
-# both, the default), CHECK_SECONDS, CHECK_TIMEOUT, DP_TIMEOUT, DP_RETRY,
+# Environment (for experiments): NETEM_TESTS (any of "defaults", "faults",
+# "dead-peer"; all by default), CHECK_SECONDS, CHECK_TIMEOUT, DP_TIMEOUT, DP_RETRY,
 # DP_QPS.
 set -u
 U=${URDMA:?URDMA names the urdma binary}
@@ -135,11 +135,38 @@ dead_peer() {
   fi
 }
 
+# defaults CMD ARGS...: `urdma CMD` between the namespaces with default
+# options (above all the path MTU each end takes by itself: the veth's 1500
+# bytes give 1024 on both ports), as a user with two hosts would run it;
+# ARGS only bound its length.
+defaults() {
+  netem none
+  ip netns exec $NS_S timeout 300 "$U" "$1" --server --once --bind $IP_S > "$T/srv" 2>&1 &
+  local sp=$!
+  local i=0
+  while ! grep -q listening "$T/srv" && [ $i -lt 100 ]; do sleep 0.2; i=$((i + 1)); done
+  ip netns exec $NS_C timeout 300 "$U" "$@" $IP_S --bind $IP_C > "$T/cli" 2>&1
+  local crc=$?
+  wait $sp
+  local src=$?
+  indent "" "$T/cli" | tail -12
+  if [ $crc = 0 ] && [ $src = 0 ] && ! grep -qE 'Err|[1-9][0-9]* errors' "$T/cli"; then
+    ok "urdma $1 with default options across the veth (MTU 1500)"
+  else
+    indent "server: " "$T/srv" | tail -12
+    fail "urdma $1 with default options across the veth: client exit status $crc, server $src"
+  fi
+}
+
 if ! netns_setup; then
   fail "netem: cannot create the namespaces and the veth pair"
   exit 1
 fi
-tests=" ${NETEM_TESTS:-faults dead-peer} "
+tests=" ${NETEM_TESTS:-defaults faults dead-peer} "
+if [[ $tests == *" defaults "* ]]; then
+  defaults check
+  defaults bench --sizes 2,4096,65536
+fi
 if [[ $tests == *" faults "* ]]; then
   check none none
   check loss-1% loss 1%

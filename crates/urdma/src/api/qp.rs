@@ -52,6 +52,19 @@ pub struct Endpoint {
     pub mtu: Mtu,
 }
 
+impl Endpoint {
+    /// This endpoint advertising a path MTU of at most `mtu`: what a side
+    /// that wants a smaller MTU than its port's sends its peer, so that
+    /// both ends, each taking the smaller of its own and the peer's,
+    /// agree.
+    pub fn with_mtu_at_most(self, mtu: Mtu) -> Endpoint {
+        Endpoint {
+            mtu: self.mtu.min(mtu),
+            ..self
+        }
+    }
+}
+
 /// Parameters of [`Qp::connect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectOptions {
