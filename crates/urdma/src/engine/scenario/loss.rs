@@ -1,7 +1,7 @@
 //! Loss recovery of the requester: PSN sequence NAKs, go-back-N, the
 //! retransmission timer and retry exhaustion.
 
-use super::{ack_timeout, opts, pattern, psn_ops, wc_summary, Pair, Solo, A, B};
+use super::{ack_timeout, opts, pattern, psn_ops, wc_summary, Pair, Pkt, Solo, A, B};
 use crate::api::ConnectOptions;
 use crate::engine::{Counter, SendOp};
 use crate::types::{QpState, WcOpcode, WcStatus};
@@ -138,12 +138,7 @@ fn sequence_nak_resends_the_rest_of_the_message() {
 /// transmissions of the SEND, all with one PSN, then RETRY_EXC_ERR and ERR).
 #[test]
 fn retry_exhaustion_flushes_the_send_queue() {
-    let o = ConnectOptions {
-        retry_cnt: 2,
-        ..opts()
-    };
-    let t = ack_timeout(o.timeout);
-    let mut s = Solo::new(&o);
+    let (mut s, t) = solo_retrying(2);
     s.node.post(0, 1, SendOp::Send, (0, 10), (0, 0));
     s.node.post(0, 2, SendOp::Send, (0, 10), (0, 0));
     s.node.post(0, 3, SendOp::Write, (0, 10), (0x1000, 5));
@@ -184,12 +179,7 @@ fn retry_exhaustion_flushes_the_send_queue() {
 /// full retry_cnt + 1 transmissions again.
 #[test]
 fn progress_restores_the_retry_budget() {
-    let o = ConnectOptions {
-        retry_cnt: 1,
-        ..opts()
-    };
-    let t = ack_timeout(o.timeout);
-    let mut s = Solo::new(&o);
+    let (mut s, t) = solo_retrying(1);
     s.node.post(0, 1, SendOp::Send, (0, 10), (0, 0));
     assert_eq!(s.must_recv().psn(), s.at(0));
     assert_eq!(s.fire(), t);
@@ -266,12 +256,7 @@ fn duplicate_nak_does_not_rewind_again() {
         ..opts()
     };
     let t = ack_timeout(oa.timeout);
-    let mut p = Pair::new(0x40, &oa, 0x50, &opts());
-    let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
-    p.n[A].post(0, 1, SendOp::Write, (0, 3000), (va, rkey));
-    p.drop_pkt(A, 1);
-    p.deliver_all(A);
-    let nak = p.take_all(B);
+    let (mut p, nak) = write_with_lost_middle(&oa);
     assert_eq!(nak.len(), 1);
     p.advance_to(1_000);
     p.inject(A, &nak[0].data);
@@ -305,12 +290,7 @@ fn duplicate_nak_with_no_retry_left_is_ignored() {
         retry_cnt: 1,
         ..opts()
     };
-    let mut p = Pair::new(0x40, &oa, 0x50, &opts());
-    let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
-    p.n[A].post(0, 1, SendOp::Write, (0, 3000), (va, rkey));
-    p.drop_pkt(A, 1);
-    p.deliver_all(A);
-    let nak = p.take_all(B);
+    let (mut p, nak) = write_with_lost_middle(&oa);
     p.advance_to(1_000);
     p.inject(A, &nak[0].data);
     p.advance_to(2_000);
@@ -328,4 +308,26 @@ fn duplicate_nak_with_no_retry_left_is_ignored() {
         wc_summary(&p.n[A].send_wcs()),
         [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
     );
+}
+
+/// A hand-made peer's engine whose QP has `retry_cnt` retries, and its
+/// ACK timeout in ns.
+fn solo_retrying(retry_cnt: u8) -> (Solo, u64) {
+    let o = ConnectOptions {
+        retry_cnt,
+        ..opts()
+    };
+    (Solo::new(&o), ack_timeout(o.timeout))
+}
+
+/// A pair where A (options `oa`) WRITEs 3000 bytes to B and the second
+/// packet is lost: B's sequence NAK, held back, is returned.
+fn write_with_lost_middle(oa: &ConnectOptions) -> (Pair, Vec<Pkt>) {
+    let mut p = Pair::new(0x40, oa, 0x50, &opts());
+    let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Write, (0, 3000), (va, rkey));
+    p.drop_pkt(A, 1);
+    p.deliver_all(A);
+    let nak = p.take_all(B);
+    (p, nak)
 }
