@@ -10,11 +10,13 @@
 //! costs one test of a value read once per process.
 //!
 //! The headers are rebuilt, not read off the wire: MAC addresses are
-//! locally administered ones made from the IP address, IPv4 carries DF with
-//! identification 0 and TTL 64, as urdma's own sockets send, and the UDP
-//! checksum is computed. A received packet's real IP identification, TTL
-//! and UDP source port are whatever its sender chose; the capture shows the
-//! source address and port the socket reported and the fixed IP fields.
+//! locally administered ones made from the IP address, TTL is 64 and the
+//! UDP checksum is computed. A sent packet carries DF with identification
+//! 0, as urdma's sockets send it; a received one carries the
+//! identification and DF flag its ICRC was computed over (recovered from
+//! the ICRC; 0 with DF if it does not check), so tools that check the ICRC
+//! against the IP header find it valid. The source address and port are
+//! those the socket reported.
 
 use etherparse::{IpHeaders, IpNumber, Ipv4Header, PacketBuilder};
 use std::fs::File;
@@ -22,6 +24,7 @@ use std::io::{BufWriter, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
+use urdma_wire::Ipv4Ident;
 
 /// Largest capture file unless `URDMA_PCAP_LIMIT` says otherwise.
 pub const DEFAULT_LIMIT: u64 = 256 << 20;
@@ -83,7 +86,22 @@ impl Capture {
     /// Record one UDP datagram from `src` to `dst` (the UDP payload, BTH
     /// through ICRC).
     pub fn record(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
-        let Some(frame) = frame(src, dst, payload) else {
+        self.record_with(src, dst, payload, Ipv4Ident::SENT)
+    }
+
+    /// Record a datagram received from `src`, with the IPv4 identification
+    /// and DF flag its ICRC covers.
+    pub fn record_received(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
+        let ctx = urdma_wire::IcrcContext::new(src, dst);
+        let ident = urdma_wire::check_icrc_any_ident(payload, &ctx)
+            .ok()
+            .flatten()
+            .unwrap_or(Ipv4Ident::SENT);
+        self.record_with(src, dst, payload, ident)
+    }
+
+    fn record_with(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8], ident: Ipv4Ident) {
+        let Some(frame) = frame(src, dst, payload, ident) else {
             return;
         };
         let ts = SystemTime::now()
@@ -137,15 +155,22 @@ fn mac_of(ip: IpAddr) -> [u8; 6] {
     [0x02, 0x00, b[0], b[1], b[2], b[3]]
 }
 
-/// An Ethernet frame carrying `payload` in UDP from `src` to `dst`; None
+/// An Ethernet frame carrying `payload` in UDP from `src` to `dst`, with
+/// IPv4 identification and DF from `ident` (IPv6 has neither); None
 /// when the addresses are of different families or the payload cannot be
 /// carried in one IP packet.
-pub fn frame(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Option<Vec<u8>> {
+pub fn frame(
+    src: SocketAddr,
+    dst: SocketAddr,
+    payload: &[u8],
+    ident: Ipv4Ident,
+) -> Option<Vec<u8>> {
     let eth = PacketBuilder::ethernet2(mac_of(src.ip()), mac_of(dst.ip()));
     let ip = match (src.ip(), dst.ip()) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let mut h = Ipv4Header::new(0, 64, IpNumber::UDP, s.octets(), d.octets()).ok()?;
-            h.dont_fragment = true;
+            h.identification = ident.identification;
+            h.dont_fragment = ident.dont_fragment;
             eth.ip(IpHeaders::Ipv4(h, Default::default()))
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => eth.ipv6(s.octets(), d.octets(), 64),
@@ -196,7 +221,7 @@ mod tests {
     fn frames_are_ethernet_ipv4_udp_with_df_and_checksums() {
         let src: SocketAddr = "127.0.0.1:4791".parse().unwrap();
         let dst: SocketAddr = "127.0.0.2:4791".parse().unwrap();
-        let f = frame(src, dst, &[0xAB; 30]).unwrap();
+        let f = frame(src, dst, &[0xAB; 30], Ipv4Ident::SENT).unwrap();
         assert_eq!(f.len(), 14 + 20 + 8 + 30);
         assert_eq!(&f[12..14], &[0x08, 0x00]);
         let ip = &f[14..34];
@@ -210,7 +235,22 @@ mod tests {
         );
         assert_eq!(&f[34..36], &4791u16.to_be_bytes());
         assert_eq!(&f[38..40], &38u16.to_be_bytes());
-        assert!(frame(src, "[::1]:4791".parse().unwrap(), &[]).is_none());
+        assert!(frame(src, "[::1]:4791".parse().unwrap(), &[], Ipv4Ident::SENT).is_none());
+        let g = frame(
+            src,
+            dst,
+            &[0; 8],
+            Ipv4Ident {
+                identification: 0xf8de,
+                dont_fragment: false,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            &g[18..22],
+            &[0xf8, 0xde, 0, 0],
+            "the sender's identification, no DF"
+        );
     }
 
     #[test]

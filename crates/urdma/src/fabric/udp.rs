@@ -326,7 +326,7 @@ impl UdpDriver {
                 for (src, data) in batch.iter() {
                     if let (Some(src), Some(data)) = (src, data) {
                         if !data.is_empty() {
-                            cap.record(src, self.local, data);
+                            cap.record_received(src, self.local, data);
                         }
                     }
                 }
