@@ -27,10 +27,14 @@ fail() { echo "FAIL - rxe: $*"; failures=$((failures + 1)); }
 
 cleanup() {
   local p
-  for p in $(ip netns pids $NS 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  for p in $(ip netns pids $NS 2>/dev/null) $(ip netns pids urdma-rxe2 2>/dev/null); do
+    kill -9 "$p" 2>/dev/null
+  done
   rdma link delete rxe0 2>/dev/null
+  rdma link delete rxelo 2>/dev/null
   ip link del $DEV_R 2>/dev/null
   ip netns del $NS 2>/dev/null
+  ip netns del urdma-rxe2 2>/dev/null
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -129,8 +133,94 @@ figure() {
   [ -n "$line" ] && echo "    # figure: $1 $2: $(echo "$line" | tr -s ' ')"
 }
 
-CASES=${RXE_CASES:-"rc uc ud srq write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat"}
+# netem SPEC...: the same netem qdisc on both ends of the veth ("none":
+# no qdisc).
+netem() {
+  tc qdisc del dev $DEV_R root 2>/dev/null
+  tc -n $NS qdisc del dev $DEV_U root 2>/dev/null
+  [ "$1" = none ] && return 0
+  tc qdisc add dev $DEV_R root netem "$@" limit 100000 &&
+    tc -n $NS qdisc add dev $DEV_U root netem "$@" limit 100000
+}
+
+# faulty NAME SPEC...: the RC transfers under a netem profile, both ways,
+# data checked by the programs themselves (pingpong -c) where they can.
+faulty() {
+  local name=$1
+  shift
+  modprobe sch_netem
+  if ! netem "$@"; then
+    fail "netem $name: cannot set the qdisc ($*)"
+    return
+  fi
+  for dir in rxe-urdma urdma-rxe; do
+    run_pair "ibv_rc_pingpong -c -s 65536, $name" $dir -g ibv_rc_pingpong -c -s 65536 -n 50
+    run_pair "ibv_srq_pingpong -c, $name" $dir -g ibv_srq_pingpong -c -n 50
+    run_pair "ib_write_bw 64 KiB, $name" $dir -x ib_write_bw -s 65536 -n 100 -m 1024 -F
+    run_pair "ib_read_bw 64 KiB, $name" $dir -x ib_read_bw -s 65536 -n 100 -m 1024 -F
+    run_pair "ib_send_bw 64 KiB, $name" $dir -x ib_send_bw -s 65536 -n 100 -m 1024 -F
+  done
+  netem none
+}
+
+# figures: one program's figure for each pair of stacks, side by side, as
+# information: urdma to urdma (across a second veth, between $NS and
+# $NS2), urdma to rxe and back (the veth above), rxe to rxe over its own
+# loopback device.
+NS2=urdma-rxe2
+figures() {
+  ip netns add $NS2 &&
+    ip link add rxv-a netns $NS type veth peer name rxv-b netns $NS2 &&
+    ip -n $NS addr add 169.254.71.1/24 dev rxv-a && ip -n $NS link set rxv-a up &&
+    ip -n $NS2 addr add 169.254.71.2/24 dev rxv-b && ip -n $NS2 link set rxv-b up &&
+    ip -n $NS2 link set lo up || { fail "figures: a second veth for urdma to urdma"; return; }
+  rdma link add rxelo type rxe netdev lo || { fail "figures: rxe on lo"; return; }
+  local gl=
+  for f in /sys/class/infiniband/rxelo/ports/1/gids/*; do
+    [ "$(cat "$f" 2>/dev/null)" = "0000:0000:0000:0000:0000:ffff:7f00:0001" ] && { gl=${f##*/}; break; }
+  done
+  local prog args row pair out
+  for prog in "ib_write_bw -s 65536 -n 500" "ib_read_bw -s 65536 -n 500" "ib_send_lat -s 2 -n 500" "ib_read_lat -s 2 -n 500"; do
+    row=
+    for pair in urdma-urdma urdma-rxe rxe-urdma rxe-lo; do
+      set -- $prog
+      case $pair in
+        urdma-urdma)
+          timeout 120 ip netns exec $NS2 "$U" run --addr 169.254.71.2 -- "$@" -d urdma0 -x 0 -F >"$W/srv" 2>&1 &
+          wait_listen $NS2 18515
+          timeout 120 ip netns exec $NS "$U" run --addr 169.254.71.1 -- "$@" -d urdma0 -x 0 -F 169.254.71.2 >"$W/cli" 2>&1 ;;
+        urdma-rxe|rxe-urdma)
+          local s=${pair%-*} c
+          [ "$s" = urdma ] && c=rxe || c=urdma
+          local sns= peer=$IP_R
+          [ "$s" = urdma ] && { sns=$NS; peer=$IP_U; }
+          end $s -x "$@" -F
+          timeout 120 "${CMD[@]}" >"$W/srv" 2>&1 &
+          wait_listen "$sns" 18515
+          end $c -x "$@" -F "$peer"
+          timeout 120 "${CMD[@]}" >"$W/cli" 2>&1 ;;
+        rxe-lo)
+          timeout 120 "$@" -d rxelo -x "$gl" -F >"$W/srv" 2>&1 &
+          wait_listen "" 18515
+          timeout 120 "$@" -d rxelo -x "$gl" -F 127.0.0.1 >"$W/cli" 2>&1 ;;
+      esac
+      wait
+      # Bandwidth: BW average (MB/s); latency: t_typical (us).
+      out=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 5 { v = (NF == 5) ? $4 : $5 } END { print v }' "$W/cli")
+      row="$row $pair ${out:-failed}"
+    done
+    echo "    # figure: $prog (bw: MB/s average; lat: us typical):$row"
+  done
+  rdma link delete rxelo
+}
+
+CASES=${RXE_CASES:-"rc uc ud srq write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat loss reorder figures"}
 for c in $CASES; do
+  case $c in
+    loss) faulty "1% loss" loss 1%; continue ;;
+    reorder) faulty "reordering" delay 5ms reorder 25% 50%; continue ;;
+    figures) figures; continue ;;
+  esac
   for dir in rxe-urdma urdma-rxe; do
     case $c in
       rc) run_pair ibv_rc_pingpong $dir -g ibv_rc_pingpong -n 100 ;;
