@@ -154,13 +154,54 @@ faulty() {
     return
   fi
   for dir in rxe-urdma urdma-rxe; do
-    run_pair "ibv_rc_pingpong -c -s 65536, $name" $dir -g ibv_rc_pingpong -c -s 65536 -n 50
-    run_pair "ibv_srq_pingpong -c, $name" $dir -g ibv_srq_pingpong -c -n 50
-    run_pair "ib_write_bw 64 KiB, $name" $dir -x ib_write_bw -s 65536 -n 100 -m 1024 -F
-    run_pair "ib_read_bw 64 KiB, $name" $dir -x ib_read_bw -s 65536 -n 100 -m 1024 -F
-    run_pair "ib_send_bw 64 KiB, $name" $dir -x ib_send_bw -s 65536 -n 100 -m 1024 -F
+    run_pair "ibv_rc_pingpong -c -s 65536, $name" $dir -g ibv_rc_pingpong -c -s 65536 -n 20
+    run_pair "ib_write_bw 64 KiB, $name" $dir -x ib_write_bw -s 65536 -n 50 -m 1024 -F
+    run_pair "ib_read_bw 64 KiB, $name" $dir -x ib_read_bw -s 65536 -n 50 -m 1024 -F
   done
   netem none
+}
+
+# capture: interop traffic seen twice, by tcpdump on rxe's veth end and by
+# urdma's own capture (URDMA_PCAP), both read by tshark: no malformed
+# packet in either, and the same packets by opcode in both.
+capture() {
+  local ts=/project/tests/capture/tshark-roce
+  tcpdump -i $DEV_R -w "$W/wire.pcap" -U udp port 4791 >/dev/null 2>&1 &
+  local td=$!
+  sleep 1
+  export URDMA_PCAP=$W/urdma-%p.pcap
+  run_pair "ibv_rc_pingpong (captured)" urdma-rxe -g ibv_rc_pingpong -n 20
+  run_pair "ib_read_bw (captured)" rxe-urdma -x ib_read_bw -s 4096 -n 20 -m 1024 -F
+  run_pair "ib_atomic_bw (captured)" urdma-rxe -x ib_atomic_bw -n 20 -F
+  run_pair "ibv_ud_pingpong (captured)" rxe-urdma -g ibv_ud_pingpong -s 512 -n 20
+  unset URDMA_PCAP
+  sleep 1
+  kill -INT $td
+  wait $td
+  # One pass of tshark per file (it starts slowly here): per packet its
+  # sender, BTH opcode (empty if not RoCEv2) and malformed mark.
+  local f n bad roce
+  for f in "$W/wire.pcap" "$W"/urdma-*.pcap; do
+    $ts -r "$f" -T fields -E separator=, -e ip.src -e infiniband.bth.opcode -e _ws.malformed >"$f.txt"
+    n=$(wc -l <"$f.txt")
+    roce=$(awk -F, '$2 != ""' "$f.txt" | wc -l)
+    bad=$(awk -F, '$3 != ""' "$f.txt" | wc -l)
+    if [ "$n" -gt 0 ] && [ "$roce" = "$n" ] && [ "$bad" = 0 ]; then
+      ok "capture $(basename "$f"): $n packets, all RoCEv2, none malformed"
+    else
+      fail "capture $(basename "$f"): $n packets, $roce RoCEv2, $bad malformed"
+    fi
+  done
+  # The same packets, by sender and opcode, in the wire's capture and in
+  # the captures urdma's processes wrote.
+  awk -F, '{ print $1, $2 }' "$W/wire.pcap.txt" | sort | uniq -c >"$W/wire.ops"
+  cat "$W"/urdma-*.pcap.txt | awk -F, '{ print $1, $2 }' | sort | uniq -c >"$W/urdma.ops"
+  if [ -s "$W/wire.ops" ] && cmp -s "$W/wire.ops" "$W/urdma.ops"; then
+    ok "urdma's capture holds the packets on the wire: $(awk '{ n += $1 } END { print n }' "$W/wire.ops") packets, $(wc -l <"$W/wire.ops") (sender, opcode) kinds"
+  else
+    fail "urdma's capture and the wire's differ (count, sender, opcode)"
+    diff "$W/wire.ops" "$W/urdma.ops" | head -20 | sed 's/^/    /'
+  fi
 }
 
 # figures: one program's figure for each pair of stacks, side by side, as
@@ -214,12 +255,13 @@ figures() {
   rdma link delete rxelo
 }
 
-CASES=${RXE_CASES:-"rc uc ud srq write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat loss reorder figures"}
+CASES=${RXE_CASES:-"rc uc ud srq write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat capture loss reorder figures"}
 for c in $CASES; do
   case $c in
     loss) faulty "1% loss" loss 1%; continue ;;
     reorder) faulty "reordering" delay 5ms reorder 25% 50%; continue ;;
     figures) figures; continue ;;
+    capture) capture; continue ;;
   esac
   for dir in rxe-urdma urdma-rxe; do
     case $c in

@@ -178,6 +178,9 @@ impl UdpDriver {
             for (dst, data) in &items {
                 cap.record(self.local, *dst, data);
             }
+            // A program may exit without closing its device: each batch
+            // reaches the file at once.
+            cap.flush();
         }
         let failed = super::batch::send_all(self.socket.as_raw_fd(), &items);
         drop(sending);
@@ -330,6 +333,7 @@ impl UdpDriver {
                         }
                     }
                 }
+                cap.flush();
             }
             let mut eng = self.lock();
             // Awake: posters need not wake this thread until it sleeps again.
