@@ -39,6 +39,31 @@ pub(crate) struct PeerArgs {
     /// UDP port of the urdma devices.
     #[arg(long, default_value_t = urdma_wire_port())]
     pub(crate) udp_port: u16,
+    /// Capture this side's packets into a pcap file (see URDMA_PCAP); the
+    /// local server process, if one is started, captures into FILE with
+    /// `.server` before its extension.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) pcap: Option<std::path::PathBuf>,
+}
+
+impl PeerArgs {
+    /// Turn on this process's packet capture if `--pcap` asks for it. Call
+    /// before any device opens.
+    pub(crate) fn start_capture(&self) {
+        if let Some(f) = &self.pcap {
+            std::env::set_var("URDMA_PCAP", f);
+        }
+    }
+}
+
+/// The capture file of the local server for a client capturing into `f`.
+fn server_capture(f: &std::path::Path) -> std::path::PathBuf {
+    let stem = f.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match f.extension() {
+        Some(ext) => format!("{stem}.server.{}", ext.to_string_lossy()),
+        None => format!("{stem}.server"),
+    };
+    f.with_file_name(name)
 }
 
 /// The RoCEv2 UDP port, the default of the devices' `--udp-port`.
@@ -141,13 +166,18 @@ impl LocalServer {
     fn start(command: &str, peer: &PeerArgs, extra: &[&str]) -> Result<LocalServer> {
         let ip = IpAddr::from(LOCAL_SERVER);
         let exe = std::env::current_exe()?;
-        let child = Command::new(exe)
-            .args([command, "--server", "--once", "--bind", &ip.to_string()])
+        let mut cmd = Command::new(exe);
+        cmd.args([command, "--server", "--once", "--bind", &ip.to_string()])
             .args(["--ctrl-port", &peer.ctrl_port.to_string()])
             .args(["--udp-port", &peer.udp_port.to_string()])
-            .args(extra)
-            .spawn()
-            .context("cannot start the server process")?;
+            .args(extra);
+        if let Some(f) = &peer.pcap {
+            // Its own file, not the client's.
+            cmd.env_remove("URDMA_PCAP")
+                .arg("--pcap")
+                .arg(server_capture(f));
+        }
+        let child = cmd.spawn().context("cannot start the server process")?;
         Ok(LocalServer {
             child,
             ctrl: SocketAddr::new(ip, peer.ctrl_port),
@@ -189,5 +219,20 @@ impl LocalServer {
             Some(s) => bail!("server process failed: {s}"),
             None => bail!("server process did not exit"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_capture;
+    use std::path::Path;
+
+    #[test]
+    fn the_local_server_captures_beside_the_client() {
+        assert_eq!(
+            server_capture(Path::new("/tmp/run.pcap")),
+            Path::new("/tmp/run.server.pcap")
+        );
+        assert_eq!(server_capture(Path::new("cap")), Path::new("cap.server"));
     }
 }

@@ -111,6 +111,7 @@ fn sizes(a: &BenchArgs) -> Result<Vec<usize>> {
 
 /// Run `urdma bench`.
 pub fn run(a: &BenchArgs) -> Result<()> {
+    a.peer.start_capture();
     let sizes = sizes(a)?;
     let p = params(a, *sizes.iter().max().unwrap_or(&1))?;
     if a.peer.server {

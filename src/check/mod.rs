@@ -76,6 +76,7 @@ pub struct CheckArgs {
 
 /// Run `urdma check`.
 pub fn run(a: &CheckArgs) -> Result<()> {
+    a.peer.start_capture();
     if a.qps == 0 || a.qps > MAX_QPS {
         bail!("--qps must be 1..={MAX_QPS}");
     }
