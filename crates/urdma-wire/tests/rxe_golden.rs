@@ -61,12 +61,12 @@ impl Captured {
         IcrcContext::new(SocketAddr::V4(self.src), SocketAddr::V4(self.dst))
     }
 
-    fn from_rxe(&self) -> bool {
+    fn sent_by_rxe(&self) -> bool {
         *self.src.ip() == RXE
     }
 
     fn sender(&self) -> &'static str {
-        if self.from_rxe() {
+        if self.sent_by_rxe() {
             "rxe"
         } else {
             "urdma"
@@ -148,8 +148,8 @@ fn the_capture_is_small_and_has_both_senders() {
     let all = capture();
     assert!(PCAP.len() < 200 * 1024);
     assert!((100..=500).contains(&all.len()), "{} packets", all.len());
-    let from_rxe = all.iter().filter(|c| c.from_rxe()).count();
-    assert!(from_rxe > 40 && all.len() - from_rxe > 40);
+    let sent_by_rxe = all.iter().filter(|c| c.sent_by_rxe()).count();
+    assert!(sent_by_rxe > 40 && all.len() - sent_by_rxe > 40);
 }
 
 /// The ICRC of every packet is the one computed over the identification
@@ -171,7 +171,7 @@ fn every_icrc_covers_the_real_ipv4_header() {
         );
         assert_eq!(check_icrc_any_ident(&c.datagram, &ctx), Ok(Some(c.ident)));
         assert!(parse_received(&c.datagram, &ctx).is_ok(), "frame {f}");
-        if c.from_rxe() {
+        if c.sent_by_rxe() {
             assert!(c.ident.dont_fragment, "frame {f}: rxe sets DF");
             rxe_idents.push(c.ident.identification);
             if c.ident != Ipv4Ident::SENT {
@@ -203,18 +203,21 @@ fn this_crate_emits_every_captured_packet_byte_for_byte() {
         let body = &built[..built.len() - ICRC_LEN];
         assert_eq!(body, c.body(), "frame {} ({}): {p}", c.frame, c.sender());
         assert_eq!(compute_icrc_with(body, &ctx, c.ident), Ok(c.icrc()));
-        if !c.from_rxe() {
+        if !c.sent_by_rxe() {
             assert_eq!(built, c.datagram, "frame {}", c.frame);
         }
     }
 }
 
+/// Tells whether a packet is of an operation.
+type Matcher = Box<dyn Fn(&Packet<'_>) -> bool>;
+
 /// The operations the capture must hold, each from both senders.
-fn operations() -> Vec<(&'static str, Box<dyn Fn(&Packet<'_>) -> bool>)> {
-    fn op(o: Opcode) -> Box<dyn Fn(&Packet<'_>) -> bool> {
+fn operations() -> Vec<(&'static str, Matcher)> {
+    fn op(o: Opcode) -> Matcher {
         Box::new(move |p| p.repr.bth.opcode == o)
     }
-    fn aeth(want: fn(AckSyndrome) -> bool) -> Box<dyn Fn(&Packet<'_>) -> bool> {
+    fn aeth(want: fn(AckSyndrome) -> bool) -> Matcher {
         Box::new(move |p| p.repr.bth.opcode == Opcode::RcAck && want(p.repr.aeth.unwrap().syndrome))
     }
     use Opcode::*;
@@ -261,7 +264,7 @@ fn every_operation_occurs_from_both_senders() {
         for rxe in [true, false] {
             let n = all
                 .iter()
-                .filter(|c| c.from_rxe() == rxe && is(&c.packet()))
+                .filter(|c| c.sent_by_rxe() == rxe && is(&c.packet()))
                 .count();
             let who = if rxe { "rxe" } else { "urdma" };
             assert!(n > 0, "no {name} from {who}");
@@ -317,11 +320,14 @@ fn fixed_fields_are_as_the_specification_says() {
     }
 }
 
+/// Headers and payload of a packet, as [`normalized`] leaves them.
+type Normalized = (PacketRepr, Vec<u8>);
+
 /// The fields that differ between two correct senders of the same
 /// operation: QP numbers, addresses and R_Keys, and the AckReq bit of
 /// RDMA READ and atomic requests, which always get a response whatever
 /// it says (rxe sets it, urdma does not). Zeroed for the comparison.
-fn normalized(p: &Packet<'_>) -> (PacketRepr, Vec<u8>) {
+fn normalized(p: &Packet<'_>) -> Normalized {
     let mut r = p.repr;
     r.bth.dest_qp = 0;
     if let Some(reth) = r.reth.as_mut() {
@@ -353,11 +359,11 @@ fn normalized(p: &Packet<'_>) -> (PacketRepr, Vec<u8>) {
 #[test]
 fn urdma_and_rxe_send_the_same_packets_for_the_same_operations() {
     let all = capture();
-    let mut by_key: BTreeMap<(bool, u8, u32), Vec<(usize, (PacketRepr, Vec<u8>))>> =
-        BTreeMap::new();
+    // (sent by rxe, opcode, PSN) -> (frame, normalized packet)
+    let mut by_key: BTreeMap<(bool, u8, u32), Vec<(usize, Normalized)>> = BTreeMap::new();
     for c in &all {
         let p = c.packet();
-        let key = (c.from_rxe(), p.repr.bth.opcode.as_u8(), p.repr.bth.psn);
+        let key = (c.sent_by_rxe(), p.repr.bth.opcode.as_u8(), p.repr.bth.psn);
         by_key
             .entry(key)
             .or_default()
