@@ -7,11 +7,22 @@
 # addresses only (169.254.0.0/16), in a namespace this script creates and
 # deletes. The veth MTU is 1500, so both ports run at MTU 1024.
 #
+# The project's program tests/verbs/remote (built by tests/vm/run into
+# /share/remote, else here with gcc) adds what those programs never
+# provoke, each end as requester: RNR NAKs (case rnr), remote access
+# errors (access) and one of every operation with a packet dropped by a
+# tc filter for a sequence NAK (golden).
+#
 # Prints "ok - rxe: NAME" / "FAIL - rxe: NAME" per run and, as information
 # (not pass/fail), "# figure:" lines with each pair's bandwidth or latency.
 #
 # Environment: URDMA (the urdma binary), RXE_TIMEOUT (seconds per program,
-# default 180), RXE_CASES (a subset of the case names below, for experiments).
+# default 180), RXE_CASES (a subset of the case names below, for experiments),
+# RXE_REMOTE (the remote program, default /share/remote), RXE_GOLDEN=1
+# (capture the UDP port 4791 traffic on the veth while the cases run, by
+# default golden and access, and print it as a pcap file in base64 between
+# "=== rxe-golden.pcap begin" and "=== rxe-golden.pcap end": see
+# crates/urdma-wire/tools/rxe_golden.sh).
 set -u
 U=${URDMA:?URDMA names the urdma binary}
 T=${RXE_TIMEOUT:-180}
@@ -27,6 +38,7 @@ fail() { echo "FAIL - rxe: $*"; failures=$((failures + 1)); }
 
 cleanup() {
   local p
+  [ -n "${TCPDUMP:-}" ] && kill "$TCPDUMP" 2>/dev/null
   for p in $(ip netns pids $NS 2>/dev/null) $(ip netns pids urdma-rxe2 2>/dev/null); do
     kill -9 "$p" 2>/dev/null
   done
@@ -123,7 +135,7 @@ run_pair() {
 
 # figure NAME DIRECTION: the client's result line, as information.
 figure() {
-  local line
+  local line=
   case $1 in
     ibv_*) line=$(grep -E 'bytes in .* seconds' "$W/cli" | tail -1) ;;
     # perftest's result rows: bytes, iterations, then figures (the last
@@ -255,7 +267,94 @@ figures() {
   rdma link delete rxelo
 }
 
-CASES=${RXE_CASES:-"rc uc ud srq write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat capture loss reorder figures"}
+# rxe's counters (hw_counters in sysfs), for what verbs do not show.
+counter() { cat /sys/class/infiniband/rxe0/ports/1/hw_counters/$1 2>/dev/null || echo 0; }
+
+# The remote program: built on the host by tests/vm/run, else here.
+REMOTE=${RXE_REMOTE:-/share/remote}
+remote_program() {
+  [ -x "$REMOTE" ] && return 0
+  REMOTE=$W/remote
+  gcc -O1 -Wall -o "$REMOTE" /project/tests/verbs/remote/*.c -libverbs >"$W/gcc" 2>&1 && return 0
+  fail "tests/verbs/remote builds"
+  sed 's/^/    /' "$W/gcc"
+  return 1
+}
+
+# drop_marked DEV [NS]: on DEV's ingress, drop the first RC SEND_MIDDLE
+# packet (opcode 0x01 at byte 28 of the IPv4 packet) whose payload starts
+# with DE AD BE EF (byte 40) and let the next one through (gact determ:
+# every 2nd match passes). The golden case sends one such packet. On the
+# receiving end, as a loss on the wire: rxe resends at once a packet its
+# own egress refuses.
+drop_marked() {
+  local n=${2:+ip netns exec $2}
+  $n tc qdisc del dev "$1" clsact 2>/dev/null
+  $n tc qdisc add dev "$1" clsact &&
+    $n tc filter add dev "$1" ingress protocol ip prio 1 u32 \
+      match u8 17 0xff at 9 match u16 4791 0xffff at 22 \
+      match u8 0x01 0xff at 28 match u32 0xdeadbeef 0xffffffff at 40 \
+      action gact drop random determ pass 2
+}
+# dropped DEV [NS]: how many packets the filter dropped.
+dropped() {
+  ${2:+ip netns exec $2} tc -s filter show dev "$1" ingress |
+    sed -n 's/.*(dropped \([0-9]*\).*/\1/p' | head -1
+}
+
+# run_remote CASE DIRECTION: the remote program, the server (responder)
+# on the first end of DIRECTION; its "#" lines as information, and
+# rxe's counters for what the requester cannot see.
+run_remote() {
+  local c=$1 dir=$2 resp_dev resp_ns
+  local rnr_s rnr_r seq_s seq_r
+  remote_program || return
+  if [ "$dir" = rxe-urdma ]; then resp_dev=$DEV_R resp_ns=; else resp_dev=$DEV_U resp_ns=$NS; fi
+  if [ "$c" = golden ]; then
+    drop_marked "$resp_dev" $resp_ns || fail "remote golden, $dir: tc filter on $resp_dev"
+  fi
+  rnr_s=$(counter send_rnr_err) rnr_r=$(counter rcvd_rnr_err)
+  seq_s=$(counter out_of_seq_request) seq_r=$(counter rcvd_seq_err)
+  run_pair "remote $c" "$dir" -g "$REMOTE" "$c"
+  grep -h '^#' "$W/srv" "$W/cli" | sed 's/^/    /'
+  rnr_s=$(($(counter send_rnr_err) - rnr_s)) rnr_r=$(($(counter rcvd_rnr_err) - rnr_r))
+  seq_s=$(($(counter out_of_seq_request) - seq_s)) seq_r=$(($(counter rcvd_seq_err) - seq_r))
+  case $c in rnr|golden)
+    # rxe as responder sends the RNR NAKs, as requester receives them.
+    if [ "$dir" = rxe-urdma ]; then
+      [ $rnr_s -gt 0 ] && ok "remote $c, $dir: rxe sent $rnr_s RNR NAKs" ||
+        fail "remote $c, $dir: rxe sent no RNR NAK"
+    else
+      [ $rnr_r -gt 0 ] && ok "remote $c, $dir: rxe received $rnr_r RNR NAKs" ||
+        fail "remote $c, $dir: rxe received no RNR NAK"
+    fi ;;
+  esac
+  if [ "$c" = golden ]; then
+    local d
+    d=$(dropped "$resp_dev" $resp_ns)
+    ${resp_ns:+ip netns exec $resp_ns} tc qdisc del dev "$resp_dev" clsact
+    if [ "$dir" = rxe-urdma ]; then
+      [ "$d" = 1 ] && [ $seq_s -gt 0 ] &&
+        ok "remote $c, $dir: urdma's packet dropped once, rxe saw $seq_s out-of-sequence requests" ||
+        fail "remote $c, $dir: dropped ${d:-?} of urdma's packets, rxe saw $seq_s out-of-sequence requests"
+    else
+      [ "$d" = 1 ] && [ $seq_r -gt 0 ] &&
+        ok "remote $c, $dir: rxe's packet dropped once, rxe received $seq_r sequence NAKs" ||
+        fail "remote $c, $dir: dropped ${d:-?} of rxe's packets, rxe received $seq_r sequence NAKs"
+    fi
+  fi
+}
+
+ALL_CASES="rc uc ud srq write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat rnr access golden capture loss reorder figures"
+if [ -n "${RXE_GOLDEN:-}" ]; then
+  CASES=${RXE_CASES:-"golden access"}
+  command -v tcpdump >/dev/null || { fail "tcpdump for RXE_GOLDEN=1 (install tcpdump)"; exit 1; }
+  tcpdump -i $DEV_R -Z root -s 0 -U -w "$W/golden.pcap" udp port 4791 2>"$W/tcpdump" &
+  TCPDUMP=$!
+  sleep 1
+else
+  CASES=${RXE_CASES:-$ALL_CASES}
+fi
 for c in $CASES; do
   case $c in
     loss) faulty "1% loss" loss 1%; continue ;;
@@ -276,10 +375,21 @@ for c in $CASES; do
       write_lat) run_pair ib_write_lat $dir -x ib_write_lat -n 200 -F ;;
       read_lat) run_pair ib_read_lat $dir -x ib_read_lat -n 200 -F ;;
       send_lat) run_pair ib_send_lat $dir -x ib_send_lat -n 200 -F ;;
+      rnr|access|golden) run_remote $c $dir ;;
       *) fail "unknown case $c" ;;
     esac
   done
 done
+
+if [ -n "${RXE_GOLDEN:-}" ]; then
+  sleep 1
+  kill -INT $TCPDUMP
+  wait $TCPDUMP
+  echo "    # capture: $(tail -2 "$W/tcpdump" | tr '\n' ' ')"
+  echo "=== rxe-golden.pcap begin"
+  base64 -w 76 "$W/golden.pcap"
+  echo "=== rxe-golden.pcap end"
+fi
 
 dmesg | grep -E "WARNING|BUG:|Oops|Call Trace" >"$W/dmesg" && { fail "kernel log clean"; cat "$W/dmesg"; } || ok "kernel log clean"
 trap - EXIT
