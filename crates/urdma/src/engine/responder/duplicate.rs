@@ -1,8 +1,9 @@
 //! Duplicate requests (RC, PSN before the expected one): answered again
 //! without being executed again. A SEND or WRITE is acknowledged up to the
-//! last executed PSN, a READ is answered again from the region, an atomic
-//! gets the original value it returned the first time. What cannot be
-//! answered is dropped, never NAKed.
+//! last executed PSN, a READ is answered again from the region (once for
+//! copies of it that arrive in one batch), an atomic gets the original
+//! value it returned the first time. What cannot be answered is dropped,
+//! never NAKed.
 
 use super::check::{dma_len, remote_range};
 use super::reply::{self, read_span};
@@ -51,6 +52,9 @@ fn replay(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), &'st
 /// within a READ still remembered.
 fn read(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), &'static str> {
     let p = pkt.repr.bth.psn;
+    if qp.resp.dup_read_answered == Some((p, cx.now)) {
+        return Err("duplicate READ answered already in this batch");
+    }
     let rec = remembered(qp, |r| {
         r.atomic_orig.is_none() && psn::le(r.first_psn, p) && psn::le(p, r.last_psn)
     })
@@ -66,5 +70,6 @@ fn read(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), &'stat
     let range = remote_range(qp, mrs, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)
         .map_err(|_| "duplicate READ no longer valid")?;
     reply::read_responses(qp, cx, range, len, p);
+    qp.resp.dup_read_answered = Some((p, cx.now));
     Ok(())
 }

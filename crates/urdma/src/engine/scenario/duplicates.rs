@@ -1,10 +1,10 @@
 //! Duplicate READ and atomic requests at the responder: answered again
 //! from what it remembers, never executed twice.
 
-use super::{ack_timeout, opts, pattern, psn_ops, wc_summary, Pair, A, B, MTU};
+use super::{ack_timeout, opts, pattern, psn_ops, wc_summary, Pair, Solo, A, B, MTU};
 use crate::engine::{Counter, SendOp};
 use crate::types::{WcOpcode, WcStatus};
-use urdma_wire::Opcode;
+use urdma_wire::{Opcode, Reth};
 
 /// Read the u64 at `off` of node `i`'s MR (native byte order, as atomics
 /// store it).
@@ -171,4 +171,35 @@ fn read_resumed_from_a_lost_middle_response() {
         [(1, WcStatus::Success, WcOpcode::RdmaRead)]
     );
     assert_eq!(p.n[A].read(0, 2500), data);
+}
+
+/// Rule: copies of one READ request that arrive in one receive batch (a
+/// requester that timed out several times while the first answer was
+/// being built) are answered once, not once each; a copy in a later batch
+/// is answered again.
+#[test]
+fn copies_of_a_read_in_one_batch_are_answered_once() {
+    let mut s = Solo::new(&opts());
+    s.node.write(0x1000, &pattern(2500, 4));
+    let mut req = s.bth(Opcode::RcReadRequest, 0);
+    req.reth = Some(Reth {
+        va: s.node.va(0x1000),
+        rkey: s.node.mr.rkey,
+        dma_len: 2500,
+    });
+    s.send(&req, &[]);
+    let first = s.recv_all();
+    assert_eq!(first.len(), 3, "2500 bytes at MTU {MTU}");
+    s.now += 1_000_000;
+    s.send_batch(&[(&req, &[]), (&req, &[]), (&req, &[])]);
+    let again = s.recv_all();
+    assert_eq!(
+        psn_ops(&again),
+        psn_ops(&first),
+        "one answer for three copies"
+    );
+    assert_eq!(s.node.count(Counter::Duplicates), 3);
+    s.now += 1_000_000;
+    s.send(&req, &[]);
+    assert_eq!(s.recv_all().len(), 3, "a later copy is answered again");
 }

@@ -285,6 +285,13 @@ impl Node {
         self.collect();
     }
 
+    /// Hand the engine datagrams received together at time `now`.
+    fn input_batch(&mut self, now: u64, src: SocketAddr, batch: &[Vec<u8>]) {
+        self.eng
+            .handle_batch(now, batch.iter().map(|d| (src, d.as_slice())));
+        self.collect();
+    }
+
     /// Run the engine's timers at time `now`.
     fn timers(&mut self, now: u64) {
         self.eng.handle_timeouts(now);

@@ -49,6 +49,16 @@ impl Solo {
         self.send_from(self.peer, repr, payload);
     }
 
+    /// Send the engine several packets (repr, payload) in one receive batch.
+    pub fn send_batch(&mut self, pkts: &[(&PacketRepr, &[u8])]) {
+        let ctx = IcrcContext::new(self.peer, self.node.addr());
+        let batch: Vec<Vec<u8>> = pkts
+            .iter()
+            .map(|(r, p)| urdma_wire::build(r, p, &ctx).expect("build"))
+            .collect();
+        self.node.input_batch(self.now, self.peer, &batch);
+    }
+
     /// Send the engine a packet from `src` (another UDP port of the peer,
     /// or another host).
     pub fn send_from(&mut self, src: SocketAddr, repr: &PacketRepr, payload: &[u8]) {
