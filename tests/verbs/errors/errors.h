@@ -18,18 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-extern int passed, failed;
-
-#define CHECK(cond)							\
-	do {								\
-		if (cond) {						\
-			passed++;					\
-		} else {						\
-			failed++;					\
-			printf("FAIL %s:%d: %s (errno %d)\n",		\
-			       __FILE__, __LINE__, #cond, errno);	\
-		}							\
-	} while (0)
+#include "../check.h"
 
 /* A call returning NULL must set errno to err. */
 #define NULL_ERRNO(expr, err)						\

@@ -15,18 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern int passed, failed;
-
-#define CHECK(cond)							\
-	do {								\
-		if (cond) {						\
-			passed++;					\
-		} else {						\
-			failed++;					\
-			printf("FAIL %s:%d: %s\n", __FILE__, __LINE__,	\
-			       #cond);					\
-		}							\
-	} while (0)
+#include "../check.h"
 
 /* RC QPs of each end: 0 carries the traffic, 1 and 2 the access errors. */
 #define NRC 3
