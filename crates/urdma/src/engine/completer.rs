@@ -46,17 +46,21 @@ fn rewind(qp: &mut QpCtx, to: u32) {
 /// gaps: below the horizon, another rewind from the same `una` waits a
 /// quarter of the ACK timeout, so that stale signs of loss cannot start a
 /// storm of go-backs, while a loss further on (after progress) is repaired
-/// at once. Returns false if it did nothing.
-fn rewind_for_loss(qp: &mut QpCtx, now: u64) -> bool {
-    if !rewind_due(qp, now) {
-        return false;
+/// at once.
+fn rewind_for_loss(qp: &mut QpCtx, now: u64) {
+    if rewind_due(qp, now) {
+        go_back(qp, now);
     }
+}
+
+/// Resend from the oldest unacknowledged PSN and set the horizon below
+/// which later signs of the same loss are stale.
+fn go_back(qp: &mut QpCtx, now: u64) {
     let una = qp.req.una;
     qp.req.resend_horizon = Some(qp.req.high_psn);
     qp.req.last_rewind_at = now;
     qp.req.last_rewind_psn = una;
     rewind(qp, una);
-    true
 }
 
 /// Whether a loss signal at `now` calls for a go-back: not while the
@@ -214,7 +218,7 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
                     fail(qp, cx, WcStatus::RetryExcErr, 0);
                     return;
                 }
-                rewind_for_loss(qp, cx.now);
+                go_back(qp, cx.now);
                 qp.req.retry_left -= 1;
                 return;
             }

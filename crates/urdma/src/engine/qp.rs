@@ -95,8 +95,8 @@ pub struct RespState {
     pub history: VecDeque<RdAtomicRecord>,
     /// An ACK held back until the end of the current batch (its PSN).
     pub ack_due: Option<u32>,
-    /// The last duplicate READ answered: its PSN and the time of the
-    /// input that carried it. Copies of one request that arrive together
+    /// The last READ answered (executed or answered again as a
+    /// duplicate): its PSN and the time of the input that carried it. Copies of one request that arrive together
     /// (a requester that timed out several times while the responses
     /// were being built) are answered once.
     pub dup_read_answered: Option<(u32, u64)>,

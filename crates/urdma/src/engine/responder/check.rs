@@ -142,19 +142,19 @@ pub(super) fn opcode_sequence(qp: &QpCtx, pkt: &Packet<'_>) -> Result<(), RespEr
 }
 
 /// Step 3: the opcode is a request of the QP's transport, carries its
-/// headers, and the QP's access rights allow it.
+/// headers, and the QP's access rights allow it (RC and UC QPs: UD
+/// requests take `ud.rs`).
 pub(super) fn opcode(qp: &QpCtx, pkt: &Packet<'_>) -> Result<Op, RespError> {
     let info = pkt.repr.bth.opcode.info();
     let r = &pkt.repr;
-    let connected = matches!(qp.qp_type, QpType::Rc | QpType::Uc);
     let rc = qp.qp_type == QpType::Rc;
     let (op, need) = match info.kind {
         OpKind::Send if info.has_ieth => return Err(RespError::InvalidRequest),
         OpKind::Send => (Op::Send, AccessFlags::empty()),
-        OpKind::Write if connected && starts_message(info) => {
+        OpKind::Write if starts_message(info) => {
             (Op::Write(Some(header(r.reth)?)), AccessFlags::REMOTE_WRITE)
         }
-        OpKind::Write if connected => (Op::Write(None), AccessFlags::empty()),
+        OpKind::Write => (Op::Write(None), AccessFlags::empty()),
         OpKind::ReadRequest if rc => (Op::Read(header(r.reth)?), AccessFlags::REMOTE_READ),
         OpKind::CompareSwap | OpKind::FetchAdd if rc => {
             let swap = info.kind == OpKind::CompareSwap;

@@ -179,6 +179,8 @@ fn read(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, range: Option<Range<'_>>, len:
     qp.resp.epsn = psn::add(p, n);
     qp.resp.msn = psn::add(qp.resp.msn, 1);
     reply::read_responses(qp, cx, range, len, p);
+    // A copy of this request in the same batch is not answered again.
+    qp.resp.dup_read_answered = Some((p, cx.now));
 }
 
 /// Execute the atomic request `p` on `range` and answer it.
