@@ -163,7 +163,9 @@ fn make_device(config: DeviceConfig, index: usize) -> &'static Device {
         &mut ibv.ibdev_path,
         &format!("/sys/class/infiniband/{}", config.name),
     );
-    let guid = urdma::api::device_attr_for(&config).node_guid;
+    // The GUID alone: the full attributes would also look up the
+    // interface's MTU for every device listed.
+    let guid = urdma::api::node_guid(&std::net::SocketAddr::new(config.addr, config.port));
     let d: &'static Device = Box::leak(Box::new(Device {
         ibv,
         config,

@@ -1,9 +1,11 @@
 //! The project's one seeded pseudo-random generator: SplitMix64.
 //!
-//! Everything that must be reproducible from a seed (the simulated
-//! network's per-device seeds, `urdma check`'s sizes and contents, the
-//! end-to-end tests' data patterns) draws from here, so one seed means the
-//! same stream in every process and every run.
+//! The seeded streams the project writes itself draw from here: the
+//! simulated network's per-device seeds (derived with [`mix`]), `urdma
+//! check`'s sizes and contents, the end-to-end tests' data patterns. One
+//! seed means the same stream in every process and every run. (The
+//! simulator's fault choices and the engine's QPNs and keys use `rand`'s
+//! seeded `StdRng`.)
 
 /// The golden-ratio increment SplitMix64 adds per step.
 const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;

@@ -70,7 +70,7 @@ impl std::fmt::Debug for Device {
 }
 
 /// Node GUID derived from the device address (an EUI-64 with the local bit set).
-fn node_guid(addr: &SocketAddr) -> u64 {
+pub fn node_guid(addr: &SocketAddr) -> u64 {
     let octets = Gid::from_ip(addr.ip()).0;
     let mut g = [0u8; 8];
     g[0] = 0x02;

@@ -123,8 +123,7 @@ fn publish_final_in(dir: &Path, mut s: DeviceStats) {
         .ok()
         .map(|d| d.as_secs());
     let mine = stats_file(dir, s.pid, &s.device);
-    for old in read_files(dir) {
-        let (path, o) = old;
+    for (path, o, _) in read_files(dir) {
         if path != mine && o.device == s.device && o.addr == s.addr && !process_alive(o.pid) {
             let _ = std::fs::remove_file(path);
         }
@@ -138,8 +137,8 @@ fn process_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// Every readable snapshot file with its path.
-fn read_files(dir: &Path) -> Vec<(PathBuf, DeviceStats)> {
+/// Every readable snapshot file with its path and when it was written.
+fn read_files(dir: &Path) -> Vec<(PathBuf, DeviceStats, std::time::SystemTime)> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -148,7 +147,8 @@ fn read_files(dir: &Path) -> Vec<(PathBuf, DeviceStats)> {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .filter_map(|p| {
             let s = serde_json::from_slice::<DeviceStats>(&std::fs::read(&p).ok()?).ok()?;
-            Some((p, s))
+            let written = std::fs::metadata(&p).and_then(|m| m.modified()).ok()?;
+            Some((p, s, written))
         })
         .collect()
 }
@@ -162,27 +162,24 @@ pub fn read_all() -> Vec<Published> {
 }
 
 fn read_all_in(dir: &Path) -> Vec<Published> {
-    let mut v: Vec<Published> = read_files(dir)
+    // Newest first by when each file was last written: a closed record
+    // at its close, a dead process's at its last publish.
+    let mut v: Vec<(Published, std::time::SystemTime)> = read_files(dir)
         .into_iter()
-        .map(|(_, stats)| Published {
-            live: stats.closed_at.is_none() && process_alive(stats.pid),
-            stats,
+        .map(|(_, stats, written)| {
+            let live = stats.closed_at.is_none() && process_alive(stats.pid);
+            (Published { live, stats }, written)
         })
         .collect();
-    v.sort_by(|a, b| {
-        (
-            !a.live,
-            std::cmp::Reverse(a.stats.closed_at),
-            a.stats.pid,
-            &a.stats.device,
-        )
-            .cmp(&(
-                !b.live,
-                std::cmp::Reverse(b.stats.closed_at),
-                b.stats.pid,
-                &b.stats.device,
-            ))
+    v.sort_by(|(a, at), (b, bt)| {
+        (!a.live, std::cmp::Reverse(at), a.stats.pid, &a.stats.device).cmp(&(
+            !b.live,
+            std::cmp::Reverse(bt),
+            b.stats.pid,
+            &b.stats.device,
+        ))
     });
+    let mut v: Vec<Published> = v.into_iter().map(|(p, _)| p).collect();
     let mut seen = std::collections::HashSet::new();
     v.retain(|p| p.live || seen.insert((p.stats.device.clone(), p.stats.addr.clone())));
     v
@@ -210,17 +207,12 @@ mod tests {
         let me = std::process::id();
         // A dead process's records (pid beyond pid_max), closed or not.
         let dead = 4_194_304 + 10;
-        for (pid, dev, closed) in [
-            (dead, "urdma0", Some(100)),
-            (dead + 1, "urdma0", Some(200)),
-            (dead + 2, "urdma1", None),
+        for (age, pid, dev, closed) in [
+            (30, dead, "urdma0", Some(100)),
+            (10, dead + 1, "urdma0", Some(200)),
+            (20, dead + 2, "urdma1", None),
         ] {
-            let s = stats(pid, dev, closed);
-            std::fs::write(
-                dir.join(format!("{pid}-{dev}.json")),
-                serde_json::to_vec(&s).unwrap(),
-            )
-            .unwrap();
+            write_aged(&dir, age, &stats(pid, dev, closed));
         }
         publish_in(&dir, &stats(me, "urdma0", None)).unwrap();
         let all = read_all_in(&dir);
@@ -235,6 +227,31 @@ mod tests {
         assert!(!all[0].live && all[0].stats.closed_at.is_some());
         assert_eq!(all[1].stats.pid, dead + 2);
         assert!(!dir.join(format!("{dead}-urdma0.json")).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Write `s` to its file in `dir`, last modified `age` seconds ago.
+    fn write_aged(dir: &Path, age: u64, s: &DeviceStats) {
+        let path = stats_file(dir, s.pid, &s.device);
+        std::fs::write(&path, serde_json::to_vec(s).unwrap()).unwrap();
+        let at = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(at))
+            .unwrap();
+    }
+
+    #[test]
+    fn a_newer_crash_record_wins_over_an_older_close() {
+        let dir = std::env::temp_dir().join(format!("urdma-stats-crash-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dead = 4_194_304 + 20;
+        write_aged(&dir, 60, &stats(dead, "urdma0", Some(1)));
+        write_aged(&dir, 5, &stats(dead + 1, "urdma0", None));
+        let all = read_all_in(&dir);
+        let seen: Vec<(u32, bool)> = all.iter().map(|p| (p.stats.pid, p.live)).collect();
+        assert_eq!(seen, [(dead + 1, false)]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
