@@ -1,5 +1,6 @@
 //! `urdma`: list devices and benchmark RDMA over urdma.
 
+mod agent;
 mod bench;
 mod check;
 mod devices;
@@ -30,6 +31,9 @@ enum Command {
     Stat(stat::StatArgs),
     /// Run an unmodified verbs program (ibv_*, perftest, ...) on urdma.
     Run(run::RunArgs),
+    /// Run the NIC agent (started on demand by the first program that
+    /// opens a device; run it yourself only as a service).
+    Agent(agent::AgentArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
         Command::Check(a) => check::run(&a),
         Command::Stat(a) => stat::run(&a),
         Command::Run(a) => run::run(&a),
+        Command::Agent(a) => agent::run(&a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -114,6 +114,13 @@ pub fn run(a: &RunArgs) -> Result<()> {
     if let Some(f) = &a.pcap {
         cmd.env("URDMA_PCAP", f);
     }
+    // The program's library starts the NIC agent with this very program
+    // when none runs.
+    if std::env::var_os("URDMA_AGENT_BIN").is_none() {
+        if let Ok(exe) = std::env::current_exe() {
+            cmd.env("URDMA_AGENT_BIN", exe);
+        }
+    }
     let err = cmd.exec();
     let code = match err.kind() {
         std::io::ErrorKind::NotFound => 127,

@@ -84,6 +84,11 @@ fn trials() -> Vec<Trial> {
 }
 
 fn main() {
+    // Devices are opened on the shared NIC; the first one starts the
+    // agent, which is this build's `urdma`.
+    if std::env::var_os("URDMA_AGENT_BIN").is_none() {
+        std::env::set_var("URDMA_AGENT_BIN", env!("CARGO_BIN_EXE_urdma"));
+    }
     if std::env::var_os(harness::PEER_ENV).is_some() {
         peer::run();
         return;

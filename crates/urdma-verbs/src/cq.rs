@@ -224,7 +224,7 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
         ret_errno((|| {
             let q = Cq::from_ptr(cq)?;
             let cqn = q.cqn();
-            let busy = q.dev.device.driver().call(CqInUse { cqn }).unwrap_or(true);
+            let busy = q.dev.device.call(CqInUse { cqn }).unwrap_or(true);
             ensure(!busy, libc::EBUSY)?;
             q.comp_acks.wait_all_acked();
             q.async_acks.wait_all_acked();

@@ -70,7 +70,7 @@ pub struct DevShared {
 
 impl Drop for DevShared {
     fn drop(&mut self) {
-        self.device.driver().set_event_notifier(None);
+        self.device.link().on_events(None);
     }
 }
 
@@ -134,7 +134,7 @@ pub fn open_shared_with(
     }
     let device = urdma::Device::open(config.clone()).map_err(|e| e.errno())?;
     let routes = Arc::new(Routes::default());
-    events::install(device.driver(), routes.clone());
+    events::install(device.link(), routes.clone());
     let gids = gids(&device);
     let shared = Arc::new(DevShared {
         gids,

@@ -8,8 +8,6 @@ use crate::util::VResult;
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use urdma::fabric::udp::UdpDriver;
 use urdma::{AsyncEvent, AsyncEventKind};
 
 /// Events kept per context before the oldest are dropped.
@@ -161,19 +159,12 @@ impl Routes {
     }
 }
 
-/// Route a device's events as the engine raises them: the driver runs
-/// this hook after queueing events, on whichever thread drove the engine.
-pub fn install(driver: &Arc<UdpDriver>, routes: Arc<Routes>) {
-    let weak = Arc::downgrade(driver);
-    driver.set_event_notifier(Some(Box::new(move || {
-        // A panic here would end the device's receive thread.
-        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            if let Some(d) = weak.upgrade() {
-                while let Some(ev) = d.next_event(Some(Duration::ZERO)) {
-                    routes.dispatch(ev);
-                }
-            }
-        }));
+/// Route a device's events as the NIC raises them: the device runs this
+/// hook after queueing events, on whichever thread received them.
+pub fn install(link: &urdma::nic::Link, routes: Arc<Routes>) {
+    link.on_events(Some(Arc::new(move |ev| {
+        // A panic here would end the thread that raised the event.
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| routes.dispatch(ev)));
     })));
 }
 

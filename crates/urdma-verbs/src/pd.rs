@@ -41,12 +41,7 @@ impl Pd {
 
 fn alloc(context: *mut ibv_context) -> VResult<*mut ibv_pd> {
     let c = Context::from_ptr(context)?;
-    let pdn = c
-        .dev
-        .device
-        .driver()
-        .call(AllocPd {})
-        .map_err(|e| e.errno())?;
+    let pdn = c.dev.device.call(AllocPd {}).map_err(|e| e.errno())?;
     // SAFETY: plain C data; zero is valid.
     let mut ibv: ibv_pd = unsafe { std::mem::zeroed() };
     ibv.context = context;
@@ -75,7 +70,6 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
             let pdn = p.pdn;
             p.dev
                 .device
-                .driver()
                 .call(DeallocPd { pd: pdn })
                 .map_err(|e| e.errno())?;
             handles::unregister(pd, Kind::Pd);
@@ -177,7 +171,6 @@ fn reg(
     let entry = p
         .dev
         .device
-        .driver()
         .call(RegMr {
             pd: pdn,
             access: flags,
@@ -250,12 +243,7 @@ pub unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
         ret_errno((|| {
             let m = Mr::from_ptr(mr)?;
             let key = m.entry.lkey;
-            let entry = m
-                .dev
-                .device
-                .driver()
-                .call(DeregMr { key })
-                .map_err(|e| e.errno())?;
+            let entry = m.dev.device.call(DeregMr { key }).map_err(|e| e.errno())?;
             entry.mem.invalidate();
             handles::unregister(mr, Kind::Mr);
             // SAFETY: mr was a registered boxed Mr, now unregistered.

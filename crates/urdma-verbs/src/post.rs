@@ -8,7 +8,6 @@ use crate::sys::*;
 use crate::util::{ensure, guard, set_errno, VResult};
 use std::os::raw::{c_int, c_uint};
 use std::sync::atomic::Ordering;
-use urdma::engine::command::{PostRecv, PostSend, PostSrqRecv};
 use urdma::engine::{RecvRequest, SendData, SendRequest, SgEntry};
 use urdma::engine::{SendOp, UdDest};
 use urdma::QpType;
@@ -152,17 +151,23 @@ fn convert_send(q: &Qp, w: &ibv_send_wr) -> VResult<SendRequest> {
     })
 }
 
-/// Walk a C list of work requests, posting each with `post` under one
-/// engine lock; stops at the first failure and reports it in `bad`.
+/// Walk a C list of work requests, converting each with `convert` until
+/// one fails, then post the converted ones with `post` (one message to
+/// the NIC). A refused or unconvertible request is reported in `bad`;
+/// the ones before it are posted.
 ///
 /// # Safety
 /// `first` must be NULL or a valid list of `T` linked by `next(w)`.
-unsafe fn walk<T>(
+unsafe fn walk<T, R>(
     first: *mut T,
     bad: *mut *mut T,
     next: impl Fn(&T) -> *mut T,
-    mut post: impl FnMut(&T) -> VResult<()>,
+    mut convert: impl FnMut(&T) -> VResult<R>,
+    post: impl FnOnce(Vec<R>) -> Result<(), urdma::nic::PostError>,
 ) -> c_int {
+    let mut items = Vec::new();
+    let mut nodes = Vec::new();
+    let mut failed = None;
     let mut cur = first;
     // A second pointer at half speed meets `cur` only if the list loops
     // back on itself, which would otherwise post forever.
@@ -171,9 +176,13 @@ unsafe fn walk<T>(
     while !cur.is_null() {
         // SAFETY: cur is a node of the caller's list.
         let w = unsafe { &*cur };
-        if let Err(e) = post(w) {
-            // SAFETY: bad is NULL or the caller's out-pointer.
-            return unsafe { refuse(cur, bad, e) };
+        nodes.push(cur);
+        match convert(w) {
+            Ok(r) => items.push(r),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
         }
         cur = next(w);
         steps += 1;
@@ -182,11 +191,23 @@ unsafe fn walk<T>(
             slow = next(unsafe { &*slow });
         }
         if !cur.is_null() && cur == slow {
-            // SAFETY: as above.
-            return unsafe { refuse(cur, bad, libc::EINVAL) };
+            nodes.push(cur);
+            failed = Some(libc::EINVAL);
+            break;
         }
     }
-    0
+    let n = items.len();
+    if n > 0 {
+        if let Err((i, e)) = post(items) {
+            // SAFETY: bad is NULL or the caller's out-pointer.
+            return unsafe { refuse(nodes[i.min(n - 1)], bad, e.errno()) };
+        }
+    }
+    match failed {
+        // SAFETY: as above; nodes[n] is the node that failed.
+        Some(e) => unsafe { refuse(nodes[n], bad, e) },
+        None => 0,
+    }
 }
 
 /// Report a work request that was not posted: point `bad` at it, set
@@ -216,20 +237,16 @@ pub unsafe extern "C" fn post_send(
             Err(e) => return unsafe { refuse(wr, bad_wr, e) },
         };
         let qpn = q.qpn;
-        q.dev.device.driver().with_engine(|e, now| {
-            // SAFETY: wr is the caller's list of send work requests.
-            unsafe {
-                walk(
-                    wr,
-                    bad_wr,
-                    |w| w.next,
-                    |w| {
-                        let r = convert_send(q, w)?;
-                        e.call(now, PostSend { qpn, wr: r }).map_err(|e| e.errno())
-                    },
-                )
-            }
-        })
+        // SAFETY: wr is the caller's list of send work requests.
+        unsafe {
+            walk(
+                wr,
+                bad_wr,
+                |w| w.next,
+                |w| convert_send(q, w),
+                |list| q.dev.device.link().post_sends(qpn, list),
+            )
+        }
     })
 }
 
@@ -259,20 +276,16 @@ pub unsafe extern "C" fn post_recv(
         };
         let qpn = q.qpn;
         let max_sge = q.cap.max_recv_sge;
-        q.dev.device.driver().with_engine(|e, now| {
-            // SAFETY: wr is the caller's list of receive work requests.
-            unsafe {
-                walk(
-                    wr,
-                    bad_wr,
-                    |w| w.next,
-                    |w| {
-                        let r = convert_recv(w, max_sge)?;
-                        e.call(now, PostRecv { qpn, wr: r }).map_err(|e| e.errno())
-                    },
-                )
-            }
-        })
+        // SAFETY: wr is the caller's list of receive work requests.
+        unsafe {
+            walk(
+                wr,
+                bad_wr,
+                |w| w.next,
+                |w| convert_recv(w, max_sge),
+                |list| q.dev.device.link().post_recvs(qpn, false, list),
+            )
+        }
     })
 }
 
@@ -291,21 +304,16 @@ pub unsafe extern "C" fn post_srq_recv(
         let srqn = s.srqn;
         // The engine checks the SRQ's own limit; the device's bounds the read.
         let max_sge = s.dev.attr.max_sge;
-        s.dev.device.driver().with_engine(|e, now| {
-            // SAFETY: wr is the caller's list of receive work requests.
-            unsafe {
-                walk(
-                    wr,
-                    bad_wr,
-                    |w| w.next,
-                    |w| {
-                        let r = convert_recv(w, max_sge)?;
-                        e.call(now, PostSrqRecv { srqn, wr: r })
-                            .map_err(|e| e.errno())
-                    },
-                )
-            }
-        })
+        // SAFETY: wr is the caller's list of receive work requests.
+        unsafe {
+            walk(
+                wr,
+                bad_wr,
+                |w| w.next,
+                |w| convert_recv(w, max_sge),
+                |list| s.dev.device.link().post_recvs(srqn, true, list),
+            )
+        }
     })
 }
 

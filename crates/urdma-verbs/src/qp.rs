@@ -127,7 +127,6 @@ fn create(n: NewQp) -> VResult<(*mut ibv_qp, ibv_qp_cap)> {
     let qpn = pd
         .dev
         .device
-        .driver()
         .call(CreateQp {
             pd: pdn,
             qp_type: t,
@@ -392,7 +391,6 @@ pub unsafe extern "C" fn modify_qp(
             let qpn = q.qpn;
             q.dev
                 .device
-                .driver()
                 .call(ModifyQp {
                     qpn,
                     attr: o,
@@ -427,8 +425,7 @@ pub unsafe extern "C" fn query_qp(
             let s = q
                 .dev
                 .device
-                .driver()
-                .inspect(|e| e.query_qp(qpn))
+                .call(urdma::engine::command::QueryQp { qpn })
                 .map_err(|e| e.errno())?;
             // SAFETY: plain C data; zero is valid.
             let mut o: ibv_qp_attr = unsafe { std::mem::zeroed() };
@@ -492,7 +489,6 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
             let qpn = q.qpn;
             q.dev
                 .device
-                .driver()
                 .call(DestroyQp { qpn })
                 .map_err(|e| e.errno())?;
             q.dev.routes.remove(Target::Qp, qpn);

@@ -8,7 +8,6 @@ use crate::qp::Qp;
 use crate::sys::*;
 use crate::util::{guard, VResult};
 use std::os::raw::{c_int, c_void};
-use urdma::engine::command::PostSend;
 use urdma::engine::SendOp;
 use urdma::engine::{SendData, SendRequest, SgEntry};
 
@@ -137,14 +136,10 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
             return err;
         }
         let qpn = q.qpn;
-        q.dev.device.driver().with_engine(|e, now| {
-            for r in list {
-                if let Err(err) = e.call(now, PostSend { qpn, wr: r }) {
-                    return err.errno();
-                }
-            }
-            0
-        })
+        match q.dev.device.link().post_sends(qpn, list) {
+            Ok(()) => 0,
+            Err((_, e)) => e.errno(),
+        }
     })
 }
 

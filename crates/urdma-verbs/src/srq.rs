@@ -10,7 +10,7 @@ use crate::util::{ensure, guard, ret_errno, ret_ptr, EventAcks, VResult};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use urdma::engine::command::{CreateSrq, DestroySrq, ModifySrq, QuerySrq};
+use urdma::engine::command::{DestroySrq, ModifySrq, QuerySrq};
 use urdma::engine::SrqAttr;
 
 /// A shared receive queue.
@@ -71,10 +71,7 @@ fn create(
             srq_limit: 0,
         },
     );
-    let made = dev.device.driver().with_engine(|e, now| {
-        let n = e.call(now, CreateSrq { pd: pdn, attr: a })?;
-        e.call(now, QuerySrq { srqn: n }).map(|q| (n, q))
-    });
+    let made = dev.device.create_srq(pdn, a);
     let (srqn, got) = match made {
         Ok(v) => v,
         Err(e) => {
@@ -170,7 +167,6 @@ pub unsafe extern "C" fn modify_srq(
             let srqn = s.srqn;
             s.dev
                 .device
-                .driver()
                 .call(ModifySrq {
                     srqn,
                     max_wr,
@@ -191,7 +187,6 @@ pub unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -
             let q = s
                 .dev
                 .device
-                .driver()
                 .call(QuerySrq { srqn })
                 .map_err(|e| e.errno())?;
             // SAFETY: non-NULL pointer to the caller's attributes.
@@ -215,7 +210,6 @@ pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
             let srqn = s.srqn;
             s.dev
                 .device
-                .driver()
                 .call(DestroySrq { srqn })
                 .map_err(|e| e.errno())?;
             s.acks.wait_all_acked();

@@ -38,7 +38,9 @@ pub mod error;
 pub mod fabric;
 pub mod mem;
 pub mod mr;
+pub mod nic;
 pub mod rng;
+pub mod shm;
 pub mod types;
 pub mod verbs;
 

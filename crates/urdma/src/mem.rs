@@ -2,14 +2,20 @@
 //! through raw pointers. Every access is bounds-checked here, so a caller
 //! that passes an offset and a length can never reach outside the region.
 //!
-//! A region is either owned (allocated by urdma for the safe Rust API) or
-//! foreign (memory of a C caller, registered by address and length). Access
+//! A region is either owned (allocated by urdma for the safe Rust API),
+//! foreign (memory of a C caller, registered by address and length), or
+//! memory of another process: the NIC agent reaches a client's registered
+//! memory through the client's own `/proc/self/mem`, which the client opens
+//! and hands over when it connects (see [`MemRegion::in_process`]). Access
 //! from the engine and from the safe API is serialised by a lock, so a safe
 //! Rust program never observes a torn copy.
 
 use std::alloc::{self, Layout};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::RwLock;
 
 /// Alignment of owned regions (a page, as registered memory usually is).
@@ -34,6 +40,19 @@ pub enum MemError {
     /// The region was deregistered.
     #[error("region is no longer registered")]
     Invalid,
+    /// The memory of the process that registered the region cannot be
+    /// reached (the process ended or unmapped it).
+    #[error("memory of the owning process is not reachable")]
+    Unreachable,
+}
+
+/// Memory of another process, reached through a file descriptor of its
+/// `/proc/PID/mem` that the process opened itself.
+#[derive(Debug)]
+struct ProcessMem {
+    mem: Arc<File>,
+    /// Address of the first byte in that process.
+    base: u64,
 }
 
 /// A contiguous range of memory that the engine may read and write.
@@ -43,6 +62,8 @@ pub struct MemRegion {
     owned: bool,
     valid: AtomicBool,
     lock: RwLock<()>,
+    /// Set for memory of another process; `ptr` is then unused.
+    process: Option<ProcessMem>,
 }
 
 // SAFETY: the region is plain bytes; all access goes through the methods
@@ -90,6 +111,18 @@ impl MemRegion {
         Some(Self::with_ptr(ptr, len, false))
     }
 
+    /// Memory of another process: `len` bytes at `base` in the process
+    /// whose memory file `mem` is (its `/proc/PID/mem`, opened read-write by
+    /// that process and passed over). Every access is a positioned read or
+    /// write of that file, bounds-checked against `len` first; once the
+    /// process has ended, accesses fail with [`MemError::Unreachable`].
+    pub fn in_process(mem: Arc<File>, base: u64, len: usize) -> Option<Self> {
+        base.checked_add(len as u64)?;
+        let mut r = Self::with_ptr(NonNull::dangling(), len, false);
+        r.process = Some(ProcessMem { mem, base });
+        Some(r)
+    }
+
     fn with_ptr(ptr: NonNull<u8>, len: usize, owned: bool) -> Self {
         MemRegion {
             ptr,
@@ -97,6 +130,7 @@ impl MemRegion {
             owned,
             valid: AtomicBool::new(true),
             lock: RwLock::new(()),
+            process: None,
         }
     }
 
@@ -112,7 +146,10 @@ impl MemRegion {
 
     /// Address of the first byte (for reporting; never dereference it outside this module).
     pub fn addr(&self) -> usize {
-        self.ptr.as_ptr() as usize
+        match &self.process {
+            Some(p) => p.base as usize,
+            None => self.ptr.as_ptr() as usize,
+        }
     }
 
     /// Stop all further access (deregistration of foreign memory).
@@ -141,6 +178,12 @@ impl MemRegion {
         self.check(offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
+        }
+        if let Some(p) = &self.process {
+            return p
+                .mem
+                .read_exact_at(dst, p.base + offset as u64)
+                .map_err(|_| MemError::Unreachable);
         }
         // SAFETY: check() proved offset + len <= self.len, and the region is
         // valid for self.len bytes; dst is a distinct Rust buffer.
@@ -172,6 +215,12 @@ impl MemRegion {
         if src.is_empty() {
             return Ok(());
         }
+        if let Some(p) = &self.process {
+            return p
+                .mem
+                .write_all_at(src, p.base + offset as u64)
+                .map_err(|_| MemError::Unreachable);
+        }
         // SAFETY: bounds checked above; src is a distinct Rust buffer.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
@@ -196,6 +245,9 @@ impl MemRegion {
     /// returns the original value.
     pub fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemError> {
         let _guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
+        if self.process.is_some() {
+            return self.update_in_process(offset, |v| if v == compare { swap } else { v });
+        }
         let a = self.atomic_at(offset)?;
         Ok(
             match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
@@ -208,8 +260,37 @@ impl MemRegion {
     /// returns the original value.
     pub fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, MemError> {
         let _guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
+        if self.process.is_some() {
+            return self.update_in_process(offset, |v| v.wrapping_add(add));
+        }
         let a = self.atomic_at(offset)?;
         Ok(a.fetch_add(add, Ordering::SeqCst))
+    }
+
+    /// Read-modify-write of the 64-bit word at `offset` of another
+    /// process's memory, with the region's write lock held by the caller:
+    /// atomic with respect to every other access through the NIC (the
+    /// device reports `IBV_ATOMIC_HCA`), not to the CPUs of that process.
+    fn update_in_process(
+        &self,
+        offset: usize,
+        f: impl FnOnce(u64) -> u64,
+    ) -> Result<u64, MemError> {
+        let p = self.process.as_ref().ok_or(MemError::Invalid)?;
+        self.check(offset, 8)?;
+        let at = p.base + offset as u64;
+        if at % 8 != 0 {
+            return Err(MemError::Misaligned);
+        }
+        let mut b = [0u8; 8];
+        p.mem
+            .read_exact_at(&mut b, at)
+            .map_err(|_| MemError::Unreachable)?;
+        let old = u64::from_ne_bytes(b);
+        p.mem
+            .write_all_at(&f(old).to_ne_bytes(), at)
+            .map_err(|_| MemError::Unreachable)?;
+        Ok(old)
     }
 }
 
@@ -261,6 +342,36 @@ mod tests {
         assert_eq!(m.compare_swap(8, 10, 99).unwrap(), 10);
         assert_eq!(m.compare_swap(8, 10, 1).unwrap(), 99);
         assert_eq!(m.fetch_add(4, 1), Err(MemError::Misaligned));
+    }
+
+    #[test]
+    fn memory_of_a_process_through_its_mem_file() {
+        let mut buf = vec![0u8; 64];
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/proc/self/mem")
+            .unwrap();
+        let base = buf.as_mut_ptr() as u64;
+        let m = MemRegion::in_process(Arc::new(file), base, 32).unwrap();
+        m.write(8, b"remote").unwrap();
+        let mut b = [0u8; 6];
+        m.read(8, &mut b).unwrap();
+        assert_eq!(&b, b"remote");
+        assert!(m.write(30, b"xyz").is_err());
+        let aligned = (8 - (base % 8) as usize) % 8;
+        assert_eq!(m.fetch_add(aligned + 16, 7).unwrap(), 0);
+        assert_eq!(m.compare_swap(aligned + 16, 7, 9).unwrap(), 7);
+        assert_eq!(m.fetch_add(aligned + 17, 1), Err(MemError::Misaligned));
+        assert_eq!(m.addr() as u64, base);
+        m.invalidate();
+        assert_eq!(m.read(0, &mut b), Err(MemError::Invalid));
+        assert_eq!(&std::hint::black_box(&buf)[8..14], b"remote");
+        assert!(MemRegion::in_process(Arc::new(tempfile_like()), u64::MAX, 2).is_none());
+    }
+
+    fn tempfile_like() -> File {
+        File::open("/dev/null").unwrap()
     }
 
     #[test]

@@ -7,18 +7,32 @@ use crate::types::WorkCompletion;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Destroys the CQ at the NIC when the last handle goes.
+#[derive(Debug)]
+struct CqGuard {
+    dev: Device,
+    cqn: u32,
+}
+
+impl Drop for CqGuard {
+    fn drop(&mut self) {
+        self.dev.release_cq(self.cqn);
+    }
+}
+
 /// A completion queue. Cloning shares it.
 #[derive(Clone, Debug)]
 pub struct Cq {
     pub(crate) shared: Arc<CqShared>,
-    _dev: Device,
+    _guard: Arc<CqGuard>,
 }
 
 impl Cq {
-    pub(crate) fn new(dev: Device, cqn: u32, cqe: usize) -> Self {
+    pub(crate) fn new(dev: Device, shared: Arc<CqShared>) -> Self {
+        let cqn = shared.cqn;
         Cq {
-            shared: Arc::new(CqShared::new(cqn, cqe)),
-            _dev: dev,
+            shared,
+            _guard: Arc::new(CqGuard { dev, cqn }),
         }
     }
 

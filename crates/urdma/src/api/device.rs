@@ -2,10 +2,12 @@
 
 use super::cq::Cq;
 use super::mr::Pd;
-use crate::engine::command::AllocPd;
+use crate::cq::CqShared;
+use crate::engine::command::{AllocPd, Request};
 use crate::engine::{Counters, Engine};
 use crate::error::Result;
 use crate::fabric::udp::UdpDriver;
+use crate::nic::{client::AgentLink, Link};
 use crate::types::{AsyncEvent, Mtu};
 use crate::verbs::{DeviceAttr, Gid, PortAttr};
 use serde::{Deserialize, Serialize};
@@ -39,7 +41,7 @@ impl DeviceConfig {
 
 pub(crate) struct DeviceInner {
     pub(crate) config: DeviceConfig,
-    pub(crate) driver: Arc<UdpDriver>,
+    pub(crate) link: Link,
     pub(crate) attr: DeviceAttr,
     next_cqn: AtomicU32,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -47,7 +49,9 @@ pub(crate) struct DeviceInner {
 
 impl Drop for DeviceInner {
     fn drop(&mut self) {
-        self.driver.stop();
+        if let Link::Embedded(d) = &self.link {
+            d.stop();
+        }
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
         }
@@ -95,22 +99,70 @@ pub fn device_attr_for(config: &DeviceConfig) -> DeviceAttr {
 }
 
 impl Device {
-    /// Open a device: bind its UDP socket and start its receive thread.
+    /// Open a device on the host's shared NIC (the urdma NIC agent,
+    /// started if none runs), or inside this process when
+    /// `URDMA_NIC=embedded`.
     pub fn open(config: DeviceConfig) -> Result<Device> {
+        if crate::nic::embedded_by_default() {
+            return Self::open_embedded(config);
+        }
+        let attr = device_attr_for(&config);
+        let link = AgentLink::open(
+            &config.name,
+            config.addr,
+            config.port,
+            attr.port_mtu.bytes(),
+        )?;
+        Ok(Self::with_link(
+            config,
+            Link::Agent(Arc::new(link)),
+            attr,
+            None,
+        ))
+    }
+
+    /// Open a device whose NIC runs inside this process: bind its UDP
+    /// socket and start its receive thread. Only this process can then
+    /// use the address.
+    pub fn open_embedded(config: DeviceConfig) -> Result<Device> {
         let local = SocketAddr::new(config.addr, config.port);
         let attr = device_attr_for(&config);
         let engine = Engine::new(local, attr.clone(), None);
         let driver = UdpDriver::bind(&config.name, local, engine)?;
         let thread = driver.start()?;
-        Ok(Device {
+        Ok(Self::with_link(
+            config,
+            Link::Embedded(driver),
+            attr,
+            Some(thread),
+        ))
+    }
+
+    fn with_link(
+        config: DeviceConfig,
+        link: Link,
+        attr: DeviceAttr,
+        thread: Option<JoinHandle<()>>,
+    ) -> Device {
+        Device {
             inner: Arc::new(DeviceInner {
                 config,
-                driver,
+                link,
                 attr,
                 next_cqn: AtomicU32::new(1),
-                thread: Mutex::new(Some(thread)),
+                thread: Mutex::new(thread),
             }),
-        })
+        }
+    }
+
+    /// Where the device lives.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.inner.config
+    }
+
+    /// True when the device is served by the shared NIC agent.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.inner.link, Link::Agent(_))
     }
 
     /// Device name.
@@ -120,7 +172,10 @@ impl Device {
 
     /// Bound address and UDP port.
     pub fn local_addr(&self) -> SocketAddr {
-        self.inner.driver.local()
+        match &self.inner.link {
+            Link::Embedded(d) => d.local(),
+            Link::Agent(a) => a.local(),
+        }
     }
 
     /// GID at `index` (the table has one entry: the RoCE v2 GID of the address).
@@ -149,7 +204,7 @@ impl Device {
 
     /// Allocate a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        let pdn = self.inner.driver.call(AllocPd {})?;
+        let pdn = self.call(AllocPd {})?;
         Ok(Pd::new(self.clone(), pdn))
     }
 
@@ -161,29 +216,81 @@ impl Device {
                 self.inner.attr.max_cqe
             )));
         }
-        let cqn = self.inner.next_cqn.fetch_add(1, Ordering::Relaxed);
-        Ok(Cq::new(self.clone(), cqn, cqe))
+        let shared = match &self.inner.link {
+            Link::Embedded(_) => {
+                let cqn = self.inner.next_cqn.fetch_add(1, Ordering::Relaxed);
+                Arc::new(CqShared::new(cqn, cqe))
+            }
+            Link::Agent(a) => a.create_cq(cqe)?,
+        };
+        Ok(Cq::new(self.clone(), shared))
     }
 
-    /// The UDP driver that owns this device's engine. Layers that map
-    /// another object model onto the engine (the libibverbs C ABI) drive it
-    /// through [`UdpDriver::with_engine`] and [`UdpDriver::inspect`].
-    pub fn driver(&self) -> &Arc<UdpDriver> {
-        &self.inner.driver
+    /// Tell the NIC a CQ is gone (its ring lives on in the CQ's memory
+    /// until the last handle drops).
+    pub(crate) fn release_cq(&self, cqn: u32) {
+        if let Link::Agent(a) = &self.inner.link {
+            if let Err(e) = a.destroy_cq(cqn) {
+                tracing::debug!(cqn, error = %e, "CQ not destroyed at the NIC");
+            }
+        }
+    }
+
+    /// Run one engine command at the device's NIC (see
+    /// [`crate::engine::command`]).
+    pub fn call<R: Request>(&self, req: R) -> Result<R::Output> {
+        let reply = self.inner.link.execute(req.into())?;
+        R::output(reply).ok_or_else(|| crate::Error::inval("the NIC answered another command"))
+    }
+
+    /// Create an SRQ and read back the attributes it got.
+    pub fn create_srq(
+        &self,
+        pd: u32,
+        attr: crate::engine::SrqAttr,
+    ) -> Result<(u32, crate::engine::SrqAttr)> {
+        use crate::engine::command::{CreateSrq, QuerySrq};
+        match &self.inner.link {
+            Link::Embedded(d) => d.with_engine(|e, now| {
+                let n = e.call(now, CreateSrq { pd, attr })?;
+                e.call(now, QuerySrq { srqn: n }).map(|q| (n, q))
+            }),
+            Link::Agent(a) => a.create_srq(pd, attr),
+        }
+    }
+
+    /// How the device reaches its NIC, for layers that post lists of work
+    /// requests and take asynchronous events (the libibverbs C ABI).
+    pub fn link(&self) -> &Link {
+        &self.inner.link
+    }
+
+    /// The engine of a device whose NIC runs in this process.
+    pub fn driver(&self) -> Option<&Arc<UdpDriver>> {
+        match &self.inner.link {
+            Link::Embedded(d) => Some(d),
+            Link::Agent(_) => None,
+        }
     }
 
     /// Device counters.
     pub fn counters(&self) -> Counters {
-        self.inner.driver.inspect(|e| e.counters())
+        match &self.inner.link {
+            Link::Embedded(d) => d.inspect(|e| e.counters()),
+            Link::Agent(a) => a.counters(None).ok().flatten().unwrap_or_default(),
+        }
     }
 
     /// Counters of one QP.
     pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
-        self.inner.driver.inspect(|e| e.qp_counters(qpn))
+        match &self.inner.link {
+            Link::Embedded(d) => d.inspect(|e| e.qp_counters(qpn)),
+            Link::Agent(a) => a.counters(Some(qpn)).ok().flatten(),
+        }
     }
 
     /// Next asynchronous event, waiting up to `timeout` (None: forever).
     pub fn next_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
-        self.inner.driver.next_event(timeout)
+        self.inner.link.next_event(timeout)
     }
 }

@@ -18,7 +18,7 @@ struct PdInner {
 impl Drop for PdInner {
     fn drop(&mut self) {
         let pdn = self.pdn;
-        if let Err(e) = self.dev.inner.driver.call(DeallocPd { pd: pdn }) {
+        if let Err(e) = self.dev.call(DeallocPd { pd: pdn }) {
             tracing::warn!(pdn, error = %e, "protection domain not freed");
         }
     }
@@ -58,7 +58,7 @@ impl Pd {
         let mem = MemRegion::allocate(len)?;
         let iova = mem.addr() as u64;
         let pdn = self.inner.pdn;
-        let entry = self.inner.dev.inner.driver.call(RegMr {
+        let entry = self.inner.dev.call(RegMr {
             pd: pdn,
             access,
             iova,
@@ -81,7 +81,7 @@ struct MrInner {
 impl Drop for MrInner {
     fn drop(&mut self) {
         let key = self.entry.lkey;
-        let _ = self.pd.inner.dev.inner.driver.call(DeregMr { key });
+        let _ = self.pd.inner.dev.call(DeregMr { key });
     }
 }
 

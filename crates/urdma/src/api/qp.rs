@@ -186,7 +186,7 @@ impl std::fmt::Debug for Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         let qpn = self.qpn;
-        let _ = self.pd.device().inner.driver.call(DestroyQp { qpn });
+        let _ = self.pd.device().call(DestroyQp { qpn });
     }
 }
 
@@ -195,7 +195,7 @@ impl Pd {
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
         let pdn = self.pdn();
         let (scq, rcq) = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
-        let qpn = self.device().inner.driver.call(CreateQp {
+        let qpn = self.device().call(CreateQp {
             pd: pdn,
             qp_type: init.qp_type,
             cap: init.cap,
@@ -241,7 +241,7 @@ impl Qp {
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
         let qpn = self.qpn;
-        self.pd.device().inner.driver.call(ModifyQp {
+        self.pd.device().call(ModifyQp {
             qpn,
             attr: *attr,
             mask,
@@ -251,7 +251,7 @@ impl Qp {
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpAttr> {
         let qpn = self.qpn;
-        self.pd.device().inner.driver.call(QueryQp { qpn })
+        self.pd.device().call(QueryQp { qpn })
     }
 
     /// Bring an RC or UC QP from RESET to RTS, connected to `remote`.
@@ -273,21 +273,13 @@ impl Qp {
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         let qpn = self.qpn;
         let req = wr.into_request();
-        self.pd
-            .device()
-            .inner
-            .driver
-            .call(PostSend { qpn, wr: req })
+        self.pd.device().call(PostSend { qpn, wr: req })
     }
 
     /// Post a receive work request.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         let qpn = self.qpn;
         let req = wr.into_request();
-        self.pd
-            .device()
-            .inner
-            .driver
-            .call(PostRecv { qpn, wr: req })
+        self.pd.device().call(PostRecv { qpn, wr: req })
     }
 }

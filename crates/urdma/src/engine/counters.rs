@@ -94,6 +94,21 @@ impl Counters {
         *v = v.wrapping_add(n);
     }
 
+    /// The values in table order.
+    pub fn values(&self) -> &[u64] {
+        &self.values
+    }
+
+    /// Counters from values in table order (missing ones are 0, extra
+    /// ones ignored).
+    pub fn from_values(v: &[u64]) -> Self {
+        let mut c = Counters::default();
+        for (d, s) in c.values.iter_mut().zip(v) {
+            *d = *s;
+        }
+        c
+    }
+
     /// Pairs of (name, value), in table order, for printing.
     pub fn fields(&self) -> [(&'static str, u64); COUNT] {
         std::array::from_fn(|i| (Counter::ALL[i].name(), self.values[i]))

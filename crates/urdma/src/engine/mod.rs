@@ -19,7 +19,7 @@ mod tx;
 pub(crate) mod wqe;
 
 pub use counters::{Counter, Counters};
-pub use objects::{RecvRequest, SendData, SendRequest, SgEntry};
+pub use objects::{check_send_request, RecvRequest, SendData, SendLimits, SendRequest, SgEntry};
 pub use srq::SrqAttr;
 pub use wqe::{SendOp, UdDest};
 

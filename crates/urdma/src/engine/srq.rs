@@ -24,7 +24,7 @@ pub struct SrqCtx {
 }
 
 /// Attributes of an SRQ (`ibv_srq_attr`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SrqAttr {
     /// Capacity.
     pub max_wr: u32,

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use urdma_wire::OpKind;
 
 /// The operation of a send work request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SendOp {
     /// SEND
     Send,
@@ -95,7 +95,7 @@ pub enum Payload {
 }
 
 /// Destination of a UD send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UdDest {
     /// Peer device address.
     pub addr: SocketAddr,

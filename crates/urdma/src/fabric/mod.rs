@@ -2,6 +2,7 @@
 
 pub mod batch;
 pub mod capture;
+pub mod events;
 pub mod sim;
 pub mod stats;
 pub mod udp;

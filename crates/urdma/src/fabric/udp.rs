@@ -3,25 +3,20 @@
 //! engine and sending what the engine produces.
 
 use super::batch::RecvBatch;
+pub use super::events::EventNotifier;
+use super::events::EventQueue;
 use super::stats;
 use crate::engine::command::Request;
 use crate::engine::{Counter, Engine};
 use crate::types::AsyncEvent;
-use std::collections::VecDeque;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Socket buffer size asked for (the kernel may grant less).
 const SOCKET_BUFFER: usize = 16 << 20;
-/// Async events kept before the oldest are dropped.
-const MAX_EVENTS: usize = 1024;
-
-/// Callback run after asynchronous events were queued (see
-/// [`UdpDriver::set_event_notifier`]).
-pub type EventNotifier = Box<dyn Fn() + Send + Sync>;
 
 /// A device's engine bound to a UDP socket.
 pub struct UdpDriver {
@@ -37,9 +32,7 @@ pub struct UdpDriver {
     shutdown: AtomicBool,
     /// Deadline (ns) the receive thread sleeps until; u64::MAX = no deadline.
     sleeping_until: AtomicU64,
-    events: Mutex<VecDeque<AsyncEvent>>,
-    events_cv: Condvar,
-    event_notifier: Mutex<Option<EventNotifier>>,
+    events: EventQueue,
 }
 
 fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
@@ -113,9 +106,7 @@ impl UdpDriver {
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
             sleeping_until: AtomicU64::new(u64::MAX),
-            events: Mutex::new(VecDeque::new()),
-            events_cv: Condvar::new(),
-            event_notifier: Mutex::new(None),
+            events: EventQueue::default(),
         }))
     }
 
@@ -157,7 +148,7 @@ impl UdpDriver {
     /// datagrams (in engine order, see `send_order`).
     fn flush(&self, mut eng: MutexGuard<'_, Engine>) {
         let out: Vec<_> = eng.drain_tx().collect();
-        self.queue_events(eng.take_events());
+        self.events.push(eng.take_events());
         if let Some(d) = eng.next_deadline() {
             if d < self.sleeping_until.load(Ordering::Acquire) {
                 self.sleeping_until.store(d, Ordering::Release);
@@ -190,29 +181,6 @@ impl UdpDriver {
         }
     }
 
-    /// Queue async events for [`UdpDriver::next_event`] and run the notifier.
-    fn queue_events(&self, evs: Vec<AsyncEvent>) {
-        if evs.is_empty() {
-            return;
-        }
-        let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        for ev in evs {
-            if q.len() >= MAX_EVENTS {
-                q.pop_front();
-            }
-            q.push_back(ev);
-        }
-        drop(q);
-        self.events_cv.notify_all();
-        let notifier = self
-            .event_notifier
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = notifier.as_ref() {
-            n();
-        }
-    }
-
     /// Wake the receive thread with an empty datagram to itself.
     fn wake(&self) {
         let _ = self.socket.send_to(&[], self.local);
@@ -225,35 +193,12 @@ impl UdpDriver {
     /// the engine, only take the events with `next_event(Some(Duration::ZERO))`
     /// and hand them on. Removing it waits for a running call to finish.
     pub fn set_event_notifier(&self, n: Option<EventNotifier>) {
-        *self
-            .event_notifier
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = n;
+        self.events.set_notifier(n);
     }
 
     /// Next async event, waiting up to `timeout` (None: forever).
     pub fn next_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(ev) = q.pop_front() {
-                return Some(ev);
-            }
-            match deadline {
-                None => q = self.events_cv.wait(q).unwrap_or_else(|e| e.into_inner()),
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return None;
-                    }
-                    q = self
-                        .events_cv
-                        .wait_timeout(q, d - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-            }
-        }
+        self.events.next(timeout)
     }
 
     /// Start the receive thread.

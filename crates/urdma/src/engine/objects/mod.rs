@@ -20,7 +20,7 @@ use std::sync::Arc;
 use urdma_wire::QPN_MASK;
 
 /// One scatter/gather element as a verbs caller gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SgEntry {
     /// Virtual address (in the MR's IOVA space).
     pub addr: u64,
@@ -31,7 +31,7 @@ pub struct SgEntry {
 }
 
 /// Data of a send request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SendData {
     /// Gather list of registered memory.
     Sges(Vec<SgEntry>),
@@ -40,7 +40,7 @@ pub enum SendData {
 }
 
 /// A send work request (`ibv_send_wr`) as the engine takes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SendRequest {
     /// Caller's identifier.
     pub wr_id: u64,
@@ -61,7 +61,7 @@ pub struct SendRequest {
 }
 
 /// A receive work request (`ibv_recv_wr`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RecvRequest {
     /// Caller's identifier.
     pub wr_id: u64,
@@ -353,9 +353,27 @@ pub(super) fn resolve_sges(
     Ok(out)
 }
 
-fn build_send_wqe(qp: &QpCtx, mrs: &MrTable, wr: SendRequest) -> Result<SendWqe> {
+/// What [`check_send_request`] needs to know of a QP.
+#[derive(Debug, Clone, Copy)]
+pub struct SendLimits {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Queue capacities.
+    pub cap: crate::verbs::QpCap,
+    /// Outstanding READ/atomic requests allowed (0: none).
+    pub max_rd_atomic: u8,
+    /// Largest UD message (the port MTU), in bytes.
+    pub ud_max: usize,
+}
+
+/// The checks of a send work request that need no memory lookup: what
+/// the transport allows, inline and SGE limits, message and atomic sizes.
+/// The engine runs them when the request is posted; a driver of a NIC in
+/// another process runs them before it posts, so that such errors reach
+/// the caller of `ibv_post_send`.
+pub fn check_send_request(q: &SendLimits, wr: &SendRequest) -> Result<()> {
     let op = wr.op;
-    match qp.qp_type {
+    match q.qp_type {
         QpType::Uc if op.is_read_or_atomic() => {
             return Err(Error::inval("UC QPs support only SEND and RDMA WRITE"))
         }
@@ -363,11 +381,60 @@ fn build_send_wqe(qp: &QpCtx, mrs: &MrTable, wr: SendRequest) -> Result<SendWqe>
         QpType::Ud if wr.ud.is_none() => {
             return Err(Error::inval("UD send without an address handle"))
         }
-        QpType::Rc if op.is_read_or_atomic() && qp.attr.max_rd_atomic == 0 => {
+        QpType::Rc if op.is_read_or_atomic() && q.max_rd_atomic == 0 => {
             return Err(Error::inval("READ/atomic on a QP with max_rd_atomic 0"))
         }
         _ => {}
     }
+    let len = match &wr.data {
+        SendData::Inline(bytes) => {
+            if op.is_read_or_atomic() {
+                return Err(Error::inval("inline data with READ or atomic"));
+            }
+            if bytes.len() > q.cap.max_inline_data as usize {
+                return Err(Error::inval(format!(
+                    "{} inline bytes above max_inline_data {}",
+                    bytes.len(),
+                    q.cap.max_inline_data
+                )));
+            }
+            bytes.len() as u64
+        }
+        SendData::Sges(list) => {
+            if list.len() > q.cap.max_send_sge as usize {
+                return Err(Error::inval(format!(
+                    "{} SGEs above max_send_sge {}",
+                    list.len(),
+                    q.cap.max_send_sge
+                )));
+            }
+            let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
+            if total > MAX_MSG_SIZE as u64 {
+                return Err(Error::inval("message larger than 2^31 bytes"));
+            }
+            total
+        }
+    };
+    if op.is_atomic() && len != 8 {
+        return Err(Error::inval(
+            "atomic operations need one 8-byte local buffer",
+        ));
+    }
+    if q.qp_type == QpType::Ud && len > q.ud_max as u64 {
+        return Err(Error::inval("UD message larger than the path MTU"));
+    }
+    Ok(())
+}
+
+fn build_send_wqe(qp: &QpCtx, mrs: &MrTable, wr: SendRequest) -> Result<SendWqe> {
+    let limits = SendLimits {
+        qp_type: qp.qp_type,
+        cap: qp.cap,
+        max_rd_atomic: qp.attr.max_rd_atomic,
+        ud_max: qp.mtu(),
+    };
+    check_send_request(&limits, &wr)?;
+    let op = wr.op;
     let need = if op.is_read_or_atomic() {
         AccessFlags::LOCAL_WRITE
     } else {
@@ -375,31 +442,11 @@ fn build_send_wqe(qp: &QpCtx, mrs: &MrTable, wr: SendRequest) -> Result<SendWqe>
     };
     let (payload, len, local_error) = match wr.data {
         SendData::Inline(bytes) => {
-            if op.is_read_or_atomic() {
-                return Err(Error::inval("inline data with READ or atomic"));
-            }
-            if bytes.len() > qp.cap.max_inline_data as usize {
-                return Err(Error::inval(format!(
-                    "{} inline bytes above max_inline_data {}",
-                    bytes.len(),
-                    qp.cap.max_inline_data
-                )));
-            }
             let n = bytes.len();
             (Payload::Inline(bytes), n, None)
         }
         SendData::Sges(list) => {
-            if list.len() > qp.cap.max_send_sge as usize {
-                return Err(Error::inval(format!(
-                    "{} SGEs above max_send_sge {}",
-                    list.len(),
-                    qp.cap.max_send_sge
-                )));
-            }
             let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
-            if total > MAX_MSG_SIZE as u64 {
-                return Err(Error::inval("message larger than 2^31 bytes"));
-            }
             match resolve_sges(mrs, qp.pd, &list, need) {
                 Ok(sges) => (Payload::Sges(sges), total as usize, None),
                 Err(why) => {
@@ -413,14 +460,6 @@ fn build_send_wqe(qp: &QpCtx, mrs: &MrTable, wr: SendRequest) -> Result<SendWqe>
             }
         }
     };
-    if op.is_atomic() && len != 8 {
-        return Err(Error::inval(
-            "atomic operations need one 8-byte local buffer",
-        ));
-    }
-    if qp.qp_type == QpType::Ud && len > qp.mtu() {
-        return Err(Error::inval("UD message larger than the path MTU"));
-    }
     let mtu = qp.mtu();
     let npsn = match op {
         SendOp::CompSwap { .. } | SendOp::FetchAdd { .. } => 1,

@@ -1,0 +1,292 @@
+//! The NIC agent: the process that is the urdma NIC of a host (of a
+//! network namespace). It owns UDP port 4791 of the addresses it serves,
+//! runs one engine per address, and serves the drivers of every process
+//! through the protocol of [`super::proto`].
+
+use super::channel;
+use super::proto::{self, Event, Request, Value};
+use super::session::{EventSink, Session};
+use crate::api::{Device, DeviceConfig};
+use crate::error::{Error, Result};
+use crate::types::{AsyncEvent, AsyncEventKind};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// Abstract socket name to listen on.
+    pub name: String,
+    /// Exit after this long with no driver connected (None: never).
+    pub linger: Option<Duration>,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            name: channel::agent_name(),
+            linger: Some(Duration::from_secs(5)),
+        }
+    }
+}
+
+/// An object whose asynchronous events go to the session that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Object {
+    /// A QP.
+    Qp(u32),
+    /// A CQ.
+    Cq(u32),
+    /// An SRQ.
+    Srq(u32),
+}
+
+impl Object {
+    fn of(ev: &AsyncEvent) -> Object {
+        use AsyncEventKind as K;
+        match ev.kind {
+            K::CqErr => Object::Cq(ev.object),
+            K::SrqLimitReached => Object::Srq(ev.object),
+            _ => Object::Qp(ev.object),
+        }
+    }
+}
+
+/// A device the agent serves, shared by the sessions that opened it.
+pub struct AgentDevice {
+    /// The device on its address.
+    pub device: Device,
+    /// Its engine.
+    pub driver: Arc<crate::fabric::udp::UdpDriver>,
+    next_cqn: AtomicU32,
+    owners: Mutex<HashMap<Object, Weak<EventSink>>>,
+    users: AtomicUsize,
+}
+
+impl AgentDevice {
+    /// A CQ number unique on the device.
+    pub fn reserve_cqn(&self) -> u32 {
+        self.next_cqn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Route the object's events to `sink`.
+    pub fn own(&self, obj: Object, sink: &Arc<EventSink>) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(obj, Arc::downgrade(sink));
+    }
+
+    /// Stop routing the object's events.
+    pub fn disown(&self, obj: Object) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&obj);
+    }
+
+    fn route(&self, ev: AsyncEvent) {
+        let sink = self
+            .owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&Object::of(&ev))
+            .and_then(Weak::upgrade);
+        match sink {
+            Some(s) => s.send(&Event::Async(ev)),
+            None => tracing::debug!(?ev, "event for no session"),
+        }
+    }
+}
+
+/// The agent's devices and sessions.
+#[derive(Default)]
+pub struct Nic {
+    devices: Mutex<HashMap<(IpAddr, u16), Arc<AgentDevice>>>,
+    sessions: AtomicUsize,
+}
+
+impl Nic {
+    /// The device on `addr`:`port`, opened on first use.
+    pub fn open_device(&self, name: &str, addr: IpAddr, port: u16) -> Result<Arc<AgentDevice>> {
+        let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = devs.get(&(addr, port)) {
+            d.users.fetch_add(1, Ordering::AcqRel);
+            return Ok(d.clone());
+        }
+        let device = Device::open_embedded(DeviceConfig {
+            name: name.to_string(),
+            addr,
+            port,
+        })?;
+        let driver = device
+            .driver()
+            .cloned()
+            .ok_or_else(|| Error::inval("an embedded device has an engine"))?;
+        let dev = Arc::new(AgentDevice {
+            device,
+            driver,
+            next_cqn: AtomicU32::new(1),
+            owners: Mutex::new(HashMap::new()),
+            users: AtomicUsize::new(1),
+        });
+        let weak = Arc::downgrade(&dev);
+        let driver = Arc::downgrade(&dev.driver);
+        dev.driver.set_event_notifier(Some(Box::new(move || {
+            let (Some(dev), Some(driver)) = (weak.upgrade(), driver.upgrade()) else {
+                return;
+            };
+            while let Some(ev) = driver.next_event(Some(Duration::ZERO)) {
+                dev.route(ev);
+            }
+        })));
+        tracing::info!(name, %addr, port, "device opened");
+        devs.insert((addr, port), dev.clone());
+        Ok(dev)
+    }
+
+    /// A session stopped using `dev`: close it when it was the last.
+    fn release(&self, dev: &Arc<AgentDevice>) {
+        let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        if dev.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let key = (dev.device.config().addr, dev.device.config().port);
+            if let Some(d) = devs.remove(&key) {
+                d.driver.set_event_notifier(None);
+                tracing::info!(name = d.device.name(), "device closed");
+            }
+        }
+    }
+}
+
+/// Run the agent until it has been idle for `linger`. Fails with
+/// `AddrInUse` when another agent already serves this namespace.
+pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
+    let listener = channel::listen(&opts.name)?;
+    tracing::info!(name = opts.name, "NIC agent listening");
+    let nic = Arc::new(Nic::default());
+    let me = nix::unistd::getuid().as_raw();
+    let mut idle_since = Some(Instant::now());
+    loop {
+        let wait = match (opts.linger, idle_since) {
+            (Some(l), Some(t)) => {
+                let left = l.saturating_sub(t.elapsed());
+                if left.is_zero() {
+                    tracing::info!("no driver left: the agent exits");
+                    return Ok(());
+                }
+                Some(left.min(Duration::from_millis(500)))
+            }
+            _ => Some(Duration::from_millis(500)),
+        };
+        if crate::fabric::batch::wait_readable(listener.as_raw_fd(), wait)? {
+            match channel::accept(&listener) {
+                Ok(conn) => {
+                    if let Err(e) = start_session(&nic, conn, me) {
+                        tracing::warn!(error = %e, "driver refused");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "accept failed"),
+            }
+        }
+        let busy = nic.sessions.load(Ordering::Acquire) > 0;
+        idle_since = match (busy, idle_since) {
+            (true, _) => None,
+            (false, None) => Some(Instant::now()),
+            (false, Some(t)) => Some(t),
+        };
+    }
+}
+
+fn start_session(nic: &Arc<Nic>, conn: OwnedFd, me: u32) -> std::io::Result<()> {
+    let (pid, uid) = channel::peer(&conn)?;
+    if uid != me && me != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("driver of user {uid} refused by the agent of user {me}"),
+        ));
+    }
+    nic.sessions.fetch_add(1, Ordering::AcqRel);
+    let nic = nic.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("urdma-session-{pid}"))
+        .spawn(move || {
+            serve(&nic, conn, pid);
+            nic.sessions.fetch_sub(1, Ordering::AcqRel);
+        });
+    spawned.map(|_| ())
+}
+
+/// Serve one driver until it closes (or dies), then tear its objects down.
+fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
+    let mut buf = Vec::new();
+    let mut fds = Vec::new();
+    // Hello: the memory file and the event socket.
+    let hello = channel::recv(&conn, &mut buf, &mut fds).and_then(|open| {
+        let req: Request = if open {
+            proto::decode(&buf)?
+        } else {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        };
+        match req {
+            Request::Hello { version } if version == proto::VERSION && fds.len() == 2 => {
+                let events = fds.pop().expect("two descriptors");
+                let mem = std::fs::File::from(fds.pop().expect("two descriptors"));
+                Ok((mem, events))
+            }
+            Request::Hello { version } => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("driver protocol {version}, agent {}", proto::VERSION),
+            )),
+            _ => Err(std::io::ErrorKind::InvalidData.into()),
+        }
+    });
+    let (mem, events) = match hello {
+        Ok(h) => h,
+        Err(e) => {
+            let answer: proto::Response = Err(proto::WireError::from(&Error::Io(e)));
+            if let Ok(m) = proto::encode(&answer) {
+                let _ = channel::send(&conn, &m, &[]);
+            }
+            return;
+        }
+    };
+    if let Ok(m) = proto::encode(&Ok::<Value, proto::WireError>(Value::Done)) {
+        if channel::send(&conn, &m, &[]).is_err() {
+            return;
+        }
+    }
+    let mut session = Session::new(pid, mem, events);
+    tracing::debug!(pid, "session opened");
+    loop {
+        fds.clear();
+        match channel::recv(&conn, &mut buf, &mut fds) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                tracing::debug!(pid, error = %e, "session ends");
+                break;
+            }
+        }
+        let answer = match proto::decode::<Request>(&buf) {
+            Ok(req) => session.handle(nic, req, &mut fds),
+            Err(e) => Some(Err(proto::WireError::from(&Error::inval(format!(
+                "undecodable request: {e}"
+            ))))),
+        };
+        if let Some(a) = answer {
+            let sent = proto::encode(&a).and_then(|m| channel::send(&conn, &m, &[]));
+            if sent.is_err() {
+                break;
+            }
+        }
+    }
+    let dev = session.device_handle();
+    session.close();
+    if let Some(d) = dev {
+        nic.release(&d);
+    }
+}

@@ -1,0 +1,197 @@
+//! The Unix sockets between drivers and the NIC agent: the agent's
+//! address, message send and receive with passed file descriptors, and
+//! the peer's credentials. The one module of the NIC channel that wraps
+//! raw descriptors.
+
+use nix::sys::socket::{
+    self, sockopt, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
+    SockType, UnixAddr,
+};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Descriptors one message may carry.
+pub const MAX_FDS: usize = 4;
+
+/// The abstract socket name of the NIC agent: `URDMA_NIC_SOCKET` if set,
+/// else `urdma-nic`. Abstract names belong to the network namespace, as
+/// the addresses the NIC serves do: each namespace has its own NIC.
+pub fn agent_name() -> String {
+    std::env::var("URDMA_NIC_SOCKET")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "urdma-nic".to_string())
+}
+
+fn io(e: nix::Error) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e as i32)
+}
+
+fn seqpacket() -> std::io::Result<OwnedFd> {
+    socket::socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(io)
+}
+
+/// Listen on the abstract socket `name` (fails with `EADDRINUSE` when an
+/// agent already listens there).
+pub fn listen(name: &str) -> std::io::Result<OwnedFd> {
+    let fd = seqpacket()?;
+    let addr = UnixAddr::new_abstract(name.as_bytes()).map_err(io)?;
+    socket::bind(fd.as_raw_fd(), &addr).map_err(io)?;
+    socket::listen(&fd, Backlog::new(128).map_err(io)?).map_err(io)?;
+    Ok(fd)
+}
+
+/// Accept one connection.
+pub fn accept(listener: &OwnedFd) -> std::io::Result<OwnedFd> {
+    let raw = socket::accept4(listener.as_raw_fd(), SockFlag::SOCK_CLOEXEC).map_err(io)?;
+    // SAFETY: accept4 returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Connect to the abstract socket `name`.
+pub fn connect(name: &str) -> std::io::Result<OwnedFd> {
+    let fd = seqpacket()?;
+    let addr = UnixAddr::new_abstract(name.as_bytes()).map_err(io)?;
+    socket::connect(fd.as_raw_fd(), &addr).map_err(io)?;
+    Ok(fd)
+}
+
+/// A connected pair of message sockets.
+pub fn pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    socket::socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(io)
+}
+
+/// Process id and user id of the process at the other end.
+pub fn peer(fd: &impl AsFd) -> std::io::Result<(u32, u32)> {
+    let c = socket::getsockopt(fd, sockopt::PeerCredentials).map_err(io)?;
+    Ok((c.pid() as u32, c.uid()))
+}
+
+/// Send one message with `fds` attached.
+pub fn send(fd: &impl AsRawFd, msg: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    send_flags(fd, msg, fds, MsgFlags::MSG_NOSIGNAL)
+}
+
+/// Send one message unless the socket is full (then `WouldBlock`).
+pub fn try_send(fd: &impl AsRawFd, msg: &[u8]) -> std::io::Result<()> {
+    send_flags(
+        fd,
+        msg,
+        &[],
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+    )
+}
+
+fn send_flags(
+    fd: &impl AsRawFd,
+    msg: &[u8],
+    fds: &[RawFd],
+    flags: MsgFlags,
+) -> std::io::Result<()> {
+    let iov = [IoSlice::new(msg)];
+    let rights = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+    loop {
+        match socket::sendmsg::<()>(fd.as_raw_fd(), &iov, cmsgs, flags, None) {
+            Ok(_) => return Ok(()),
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(io(e)),
+        }
+    }
+}
+
+/// Receive one message into `buf` (resized to the message), taking the
+/// descriptors it carries into `fds`. Ok(false): the peer closed.
+pub fn recv(fd: &impl AsRawFd, buf: &mut Vec<u8>, fds: &mut Vec<OwnedFd>) -> std::io::Result<bool> {
+    buf.resize(super::proto::MAX_MESSAGE + 1, 0);
+    let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);
+    loop {
+        let mut iov = [IoSliceMut::new(buf)];
+        let r = socket::recvmsg::<()>(
+            fd.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        );
+        let msg = match r {
+            Ok(m) => m,
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(io(e)),
+        };
+        let n = msg.bytes;
+        let truncated = msg
+            .flags
+            .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+        if let Ok(cmsgs) = msg.cmsgs() {
+            for c in cmsgs {
+                if let ControlMessageOwned::ScmRights(raw) = c {
+                    for r in raw {
+                        // SAFETY: the kernel installed these descriptors in
+                        // this process for this message; nothing else owns them.
+                        fds.push(unsafe { OwnedFd::from_raw_fd(r) });
+                    }
+                }
+            }
+        }
+        if truncated {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "message or descriptors truncated",
+            ));
+        }
+        if n == 0 {
+            // A zero-length message is never sent: the peer closed.
+            buf.clear();
+            return Ok(false);
+        }
+        buf.truncate(n);
+        return Ok(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_carry_descriptors() {
+        let (a, b) = pair().unwrap();
+        let (x, _y) = pair().unwrap();
+        send(&a, b"hello", &[x.as_raw_fd()]).unwrap();
+        let mut buf = Vec::new();
+        let mut fds = Vec::new();
+        assert!(recv(&b, &mut buf, &mut fds).unwrap());
+        assert_eq!(buf, b"hello");
+        assert_eq!(fds.len(), 1);
+        let (pid, uid) = peer(&b).unwrap();
+        assert_eq!(pid, std::process::id());
+        assert_eq!(uid, nix::unistd::getuid().as_raw());
+        drop(a);
+        assert!(!recv(&b, &mut buf, &mut fds).unwrap());
+    }
+
+    #[test]
+    fn abstract_listener_accepts() {
+        let name = format!("urdma-test-{}", std::process::id());
+        let l = listen(&name).unwrap();
+        assert!(listen(&name).is_err());
+        let c = connect(&name).unwrap();
+        let s = accept(&l).unwrap();
+        send(&c, b"x", &[]).unwrap();
+        let mut buf = Vec::new();
+        assert!(recv(&s, &mut buf, &mut Vec::new()).unwrap());
+        assert_eq!(buf, b"x");
+    }
+}

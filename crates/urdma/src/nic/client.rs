@@ -1,0 +1,474 @@
+//! The driver side of the NIC channel: a session with the agent, started
+//! on demand, that turns engine commands into requests and keeps what a
+//! driver must know to check posts itself (QP state and limits).
+
+use super::proto::{self, Event, Request, Value};
+use super::{channel, spawn};
+use crate::cq::CqShared;
+use crate::engine::command::{Command, Reply};
+use crate::engine::{check_send_request, RecvRequest, SendLimits, SendRequest};
+use crate::error::{Error, Result};
+use crate::fabric::events::EventQueue;
+use crate::mr::MrEntry;
+use crate::types::{QpAttrMask, QpState, QpType};
+use crate::verbs::QpCap;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+
+/// What the driver knows of one of its QPs.
+#[derive(Debug, Clone, Copy)]
+struct QpMirror {
+    qp_type: QpType,
+    cap: QpCap,
+    state: QpState,
+    max_rd_atomic: u8,
+}
+
+struct Channel {
+    fd: OwnedFd,
+    buf: Vec<u8>,
+}
+
+/// A driver's session with the NIC agent for one device.
+pub struct AgentLink {
+    chan: Mutex<Option<Channel>>,
+    local: SocketAddr,
+    ud_max: usize,
+    qps: Mutex<HashMap<u32, QpMirror>>,
+    mrs: Mutex<HashMap<u32, Arc<MrEntry>>>,
+    cqs: Arc<Mutex<HashMap<u32, Weak<CqShared>>>>,
+    /// Asynchronous events of the driver's objects.
+    pub events: Arc<EventQueue>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for AgentLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentLink")
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+impl Drop for AgentLink {
+    fn drop(&mut self) {
+        // Closing the session makes the agent close the event socket,
+        // which ends the event thread.
+        self.chan.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn io_err(kind: std::io::ErrorKind, msg: impl Into<String>) -> Error {
+    Error::Io(std::io::Error::new(kind, msg.into()))
+}
+
+impl AgentLink {
+    /// Open the device `name` on `addr`:`port` through the NIC agent,
+    /// starting the agent if none runs. `ud_max` is the port MTU in bytes.
+    pub fn open(name: &str, addr: std::net::IpAddr, port: u16, ud_max: usize) -> Result<Self> {
+        let fd = spawn::connect_or_start()?;
+        let (events_mine, events_theirs) = channel::pair()?;
+        let mem = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/proc/self/mem")?;
+        let hello = proto::encode(&Request::Hello {
+            version: proto::VERSION,
+        })?;
+        channel::send(&fd, &hello, &[mem.as_raw_fd(), events_theirs.as_raw_fd()])?;
+        drop((mem, events_theirs));
+        let mut chan = Channel {
+            fd,
+            buf: Vec::new(),
+        };
+        answer(&mut chan)?;
+        let local = match ask(
+            &mut chan,
+            &Request::OpenDevice {
+                name: name.to_string(),
+                addr,
+                port,
+            },
+            &[],
+        )? {
+            Value::Device { local } => local,
+            v => return Err(unexpected(v)),
+        };
+        let events = Arc::new(EventQueue::default());
+        let cqs: Arc<Mutex<HashMap<u32, Weak<CqShared>>>> = Arc::default();
+        let thread = {
+            let (events, cqs) = (events.clone(), cqs.clone());
+            std::thread::Builder::new()
+                .name("urdma-events".into())
+                .spawn(move || event_loop(events_mine, &events, &cqs))?
+        };
+        Ok(AgentLink {
+            chan: Mutex::new(Some(chan)),
+            local,
+            ud_max,
+            qps: Mutex::new(HashMap::new()),
+            mrs: Mutex::new(HashMap::new()),
+            cqs,
+            events,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Address and UDP port the NIC bound for the device.
+    pub fn local(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn request(&self, req: &Request, fds: &[std::os::fd::RawFd]) -> Result<Value> {
+        let mut g = self.chan.lock().unwrap_or_else(|e| e.into_inner());
+        let chan = g
+            .as_mut()
+            .ok_or_else(|| io_err(std::io::ErrorKind::NotConnected, "session closed"))?;
+        ask(chan, req, fds)
+    }
+
+    fn post(&self, req: &Request) -> Result<()> {
+        let msg = proto::encode(req)?;
+        let g = self.chan.lock().unwrap_or_else(|e| e.into_inner());
+        let chan = g
+            .as_ref()
+            .ok_or_else(|| io_err(std::io::ErrorKind::NotConnected, "session closed"))?;
+        channel::send(&chan.fd, &msg, &[])?;
+        Ok(())
+    }
+
+    /// Create a CQ of `capacity` completions whose ring the agent fills.
+    pub fn create_cq(&self, capacity: usize) -> Result<Arc<CqShared>> {
+        let cqn = number(self.request(&Request::ReserveCq, &[])?)?;
+        let cq = Arc::new(CqShared::new_shared(cqn, capacity)?);
+        let fd = cq
+            .fd()
+            .ok_or_else(|| Error::inval("CQ ring without a descriptor"))?
+            .as_raw_fd();
+        self.request(
+            &Request::CreateCq {
+                cqn,
+                capacity: capacity as u32,
+            },
+            &[fd],
+        )?;
+        self.cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(cqn, Arc::downgrade(&cq));
+        Ok(cq)
+    }
+
+    /// Destroy a CQ no QP uses.
+    pub fn destroy_cq(&self, cqn: u32) -> Result<()> {
+        self.request(&Request::DestroyCq { cqn }, &[])?;
+        self.cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&cqn);
+        Ok(())
+    }
+
+    /// Device counters (or one QP's).
+    pub fn counters(&self, qpn: Option<u32>) -> Result<Option<crate::Counters>> {
+        let req = match qpn {
+            Some(qpn) => Request::QpCounters { qpn },
+            None => Request::Counters,
+        };
+        match self.request(&req, &[])? {
+            Value::Counters(v) => Ok(v.map(|v| crate::Counters::from_values(&v))),
+            v => Err(unexpected(v)),
+        }
+    }
+
+    fn mirror(&self, qpn: u32) -> Result<QpMirror> {
+        self.qps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&qpn)
+            .copied()
+            .ok_or_else(|| Error::NotFound(format!("QP {qpn}")))
+    }
+
+    /// Post send WRs: each is checked here as the engine would check it,
+    /// then all that pass go to the NIC in one message. Ok(n): all
+    /// posted; Err((i, e)): the first `i` were posted, the `i`th refused.
+    pub fn post_sends(
+        &self,
+        qpn: u32,
+        wrs: Vec<SendRequest>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        let q = self.mirror(qpn).map_err(|e| (0, e))?;
+        if matches!(q.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err((0, Error::WrongState(q.state)));
+        }
+        let limits = SendLimits {
+            qp_type: q.qp_type,
+            cap: q.cap,
+            max_rd_atomic: q.max_rd_atomic,
+            ud_max: self.ud_max,
+        };
+        let mut wrs = wrs;
+        let bad = wrs
+            .iter()
+            .enumerate()
+            .find_map(|(i, w)| check_send_request(&limits, w).err().map(|e| (i, e)));
+        if let Some((i, _)) = bad {
+            wrs.truncate(i);
+        }
+        if !wrs.is_empty() {
+            self.post(&Request::PostSend { qpn, wrs })
+                .map_err(|e| (0, e))?;
+        }
+        bad.map_or(Ok(()), Err)
+    }
+
+    /// Post receive WRs to a QP (`srq` false) or an SRQ.
+    pub fn post_recvs(
+        &self,
+        n: u32,
+        srq: bool,
+        wrs: Vec<RecvRequest>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        if !srq {
+            let q = self.mirror(n).map_err(|e| (0, e))?;
+            if q.state == QpState::Reset {
+                return Err((0, Error::WrongState(q.state)));
+            }
+            if let Some(i) = wrs
+                .iter()
+                .position(|w| w.sges.len() > q.cap.max_recv_sge as usize)
+            {
+                let e = Error::inval("more SGEs than max_recv_sge");
+                let mut wrs = wrs;
+                wrs.truncate(i);
+                if !wrs.is_empty() {
+                    self.post(&Request::PostRecv { qpn: n, wrs })
+                        .map_err(|e| (0, e))?;
+                }
+                return Err((i, e));
+            }
+        }
+        let req = if srq {
+            Request::PostSrqRecv { srqn: n, wrs }
+        } else {
+            Request::PostRecv { qpn: n, wrs }
+        };
+        self.post(&req).map_err(|e| (0, e))
+    }
+
+    /// Run an engine command at the NIC.
+    pub fn execute(&self, cmd: Command) -> Result<Reply> {
+        use Command as C;
+        Ok(match cmd {
+            C::AllocPd(_) => Reply::Number(number(self.request(&Request::AllocPd, &[])?)?),
+            C::DeallocPd(c) => done(self.request(&Request::DeallocPd { pd: c.pd }, &[])?)?,
+            C::RegMr(c) => {
+                let req = Request::RegMr {
+                    pd: c.pd,
+                    access: c.access,
+                    iova: c.iova,
+                    addr: c.mem.addr() as u64,
+                    len: c.mem.len() as u64,
+                };
+                let key = number(self.request(&req, &[])?)?;
+                let entry = Arc::new(MrEntry::new(key, c.pd, c.access, c.iova, c.mem));
+                self.mrs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key, entry.clone());
+                Reply::Mr(entry)
+            }
+            C::DeregMr(c) => {
+                self.request(&Request::DeregMr { key: c.key }, &[])?;
+                let entry = self
+                    .mrs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&c.key)
+                    .ok_or_else(|| Error::NotFound(format!("MR {:#x}", c.key)))?;
+                Reply::Mr(entry)
+            }
+            C::CreateQp(c) => {
+                let req = Request::CreateQp {
+                    pd: c.pd,
+                    qp_type: c.qp_type,
+                    cap: c.cap,
+                    sq_sig_all: c.sq_sig_all,
+                    send_cq: c.send_cq.cqn,
+                    recv_cq: c.recv_cq.cqn,
+                    srq: c.srq,
+                };
+                let qpn = number(self.request(&req, &[])?)?;
+                let m = QpMirror {
+                    qp_type: c.qp_type,
+                    cap: c.cap,
+                    state: QpState::Reset,
+                    max_rd_atomic: 0,
+                };
+                self.qps
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(qpn, m);
+                Reply::Number(qpn)
+            }
+            C::ModifyQp(c) => {
+                let req = Request::ModifyQp {
+                    qpn: c.qpn,
+                    attr: c.attr,
+                    mask: c.mask.bits(),
+                };
+                let r = self.request(&req, &[]);
+                if let Some(m) = self
+                    .qps
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_mut(&c.qpn)
+                {
+                    if r.is_ok() {
+                        if c.mask.contains(QpAttrMask::STATE) {
+                            m.state = c.attr.qp_state;
+                        }
+                        if c.mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC) {
+                            m.max_rd_atomic = c.attr.max_rd_atomic;
+                        }
+                    }
+                }
+                done(r?)?
+            }
+            C::QueryQp(c) => match self.request(&Request::QueryQp { qpn: c.qpn }, &[])? {
+                Value::QpAttr(a) => Reply::QpAttr(a),
+                v => return Err(unexpected(v)),
+            },
+            C::DestroyQp(c) => {
+                self.request(&Request::DestroyQp { qpn: c.qpn }, &[])?;
+                self.qps
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&c.qpn);
+                Reply::Done(())
+            }
+            C::CqInUse(c) => match self.request(&Request::CqInUse { cqn: c.cqn }, &[])? {
+                Value::Flag(f) => Reply::Flag(f),
+                v => return Err(unexpected(v)),
+            },
+            C::CreateSrq(c) => {
+                match self.request(
+                    &Request::CreateSrq {
+                        pd: c.pd,
+                        attr: c.attr,
+                    },
+                    &[],
+                )? {
+                    Value::Srq(n, _) => Reply::Number(n),
+                    v => return Err(unexpected(v)),
+                }
+            }
+            C::ModifySrq(c) => done(self.request(
+                &Request::ModifySrq {
+                    srqn: c.srqn,
+                    max_wr: c.max_wr,
+                    limit: c.limit,
+                },
+                &[],
+            )?)?,
+            C::QuerySrq(c) => match self.request(&Request::QuerySrq { srqn: c.srqn }, &[])? {
+                Value::SrqAttr(a) => Reply::SrqAttr(a),
+                v => return Err(unexpected(v)),
+            },
+            C::DestroySrq(c) => done(self.request(&Request::DestroySrq { srqn: c.srqn }, &[])?)?,
+            C::PostSend(c) => {
+                self.post_sends(c.qpn, vec![c.wr]).map_err(|(_, e)| e)?;
+                Reply::Done(())
+            }
+            C::PostRecv(c) => {
+                self.post_recvs(c.qpn, false, vec![c.wr])
+                    .map_err(|(_, e)| e)?;
+                Reply::Done(())
+            }
+            C::PostSrqRecv(c) => {
+                self.post_recvs(c.srqn, true, vec![c.wr])
+                    .map_err(|(_, e)| e)?;
+                Reply::Done(())
+            }
+        })
+    }
+
+    /// Create an SRQ and read back its attributes.
+    pub fn create_srq(
+        &self,
+        pd: u32,
+        attr: crate::engine::SrqAttr,
+    ) -> Result<(u32, crate::engine::SrqAttr)> {
+        match self.request(&Request::CreateSrq { pd, attr }, &[])? {
+            Value::Srq(n, a) => Ok((n, a)),
+            v => Err(unexpected(v)),
+        }
+    }
+}
+
+fn unexpected(v: Value) -> Error {
+    Error::inval(format!("the NIC answered {v:?}"))
+}
+
+fn number(v: Value) -> Result<u32> {
+    match v {
+        Value::Number(n) => Ok(n),
+        v => Err(unexpected(v)),
+    }
+}
+
+fn done(v: Value) -> Result<Reply> {
+    match v {
+        Value::Done => Ok(Reply::Done(())),
+        v => Err(unexpected(v)),
+    }
+}
+
+/// Send a request and wait for its answer.
+fn ask(chan: &mut Channel, req: &Request, fds: &[std::os::fd::RawFd]) -> Result<Value> {
+    channel::send(&chan.fd, &proto::encode(req)?, fds)?;
+    answer(chan)
+}
+
+fn answer(chan: &mut Channel) -> Result<Value> {
+    let mut fds = Vec::new();
+    if !channel::recv(&chan.fd, &mut chan.buf, &mut fds)? {
+        return Err(io_err(
+            std::io::ErrorKind::ConnectionAborted,
+            "the urdma NIC agent closed the session",
+        ));
+    }
+    let r: proto::Response = proto::decode(&chan.buf)?;
+    r.map_err(Error::from)
+}
+
+/// Deliver the agent's events: CQ notifications to the CQ's notifier,
+/// asynchronous events to the queue. Ends when the agent closes the socket.
+fn event_loop(fd: OwnedFd, events: &EventQueue, cqs: &Mutex<HashMap<u32, Weak<CqShared>>>) {
+    let mut buf = Vec::new();
+    let mut fds = Vec::new();
+    while let Ok(true) = channel::recv(&fd, &mut buf, &mut fds) {
+        fds.clear();
+        match proto::decode::<Event>(&buf) {
+            Ok(Event::CqFired(cqn)) => {
+                let cq = cqs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&cqn)
+                    .and_then(Weak::upgrade);
+                if let Some(cq) = cq {
+                    cq.notify_now();
+                }
+            }
+            Ok(Event::Async(ev)) => events.push([ev]),
+            Err(e) => tracing::debug!(error = %e, "undecodable event"),
+        }
+    }
+}

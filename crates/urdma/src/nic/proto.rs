@@ -1,0 +1,354 @@
+//! The protocol between drivers and the NIC agent.
+//!
+//! A driver connects to the agent's Unix socket (`SOCK_SEQPACKET`, one
+//! message per packet) and says [`Request::Hello`], passing two file
+//! descriptors: its own `/proc/self/mem` (the agent's only way to its
+//! registered memory) and one end of a socket pair on which the agent sends
+//! [`Event`]s. Then each [`Request`] is answered by one [`Response`], except
+//! the posts ([`Request::PostSend`], [`Request::PostRecv`],
+//! [`Request::PostSrqRecv`]), which are not answered: a driver posts without
+//! waiting for the agent, and completions come back through the CQ rings in
+//! shared memory. A CQ's ring travels with [`Request::CreateCq`] as a third
+//! kind of descriptor. Messages are bincode-encoded; the agent bounds every
+//! message by [`MAX_MESSAGE`] and decodes with that limit.
+
+use crate::engine::srq::SrqAttr;
+use crate::engine::{RecvRequest, SendRequest};
+use crate::error::Error;
+use crate::types::{AccessFlags, AsyncEvent, QpType};
+use crate::verbs::{QpAttr, QpCap};
+use bincode::Options;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+
+/// Protocol version; a driver and an agent of different versions refuse
+/// each other at [`Request::Hello`].
+pub const VERSION: u32 = 1;
+
+/// Largest message either side sends or accepts.
+pub const MAX_MESSAGE: usize = 256 << 10;
+
+/// What a driver asks of the NIC.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    /// First message of a session; passes the memory file and the event socket.
+    Hello {
+        /// [`VERSION`] of the driver.
+        version: u32,
+    },
+    /// Open (or share) the device on `addr`; answers [`Value::Device`].
+    OpenDevice {
+        /// Device name.
+        name: String,
+        /// Its address.
+        addr: IpAddr,
+        /// Its UDP port.
+        port: u16,
+    },
+    /// Allocate a PD.
+    AllocPd,
+    /// Free a PD.
+    DeallocPd {
+        /// The PD.
+        pd: u32,
+    },
+    /// Register `len` bytes of the driver's memory at `addr`.
+    RegMr {
+        /// The PD.
+        pd: u32,
+        /// Access rights.
+        access: AccessFlags,
+        /// Address known to peers.
+        iova: u64,
+        /// Address in the driver's process.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+    /// Deregister an MR.
+    DeregMr {
+        /// Its key.
+        key: u32,
+    },
+    /// Reserve a CQ number for a CQ about to be created.
+    ReserveCq,
+    /// Create a CQ whose ring is the passed descriptor.
+    CreateCq {
+        /// Number from [`Request::ReserveCq`].
+        cqn: u32,
+        /// Completions the ring holds.
+        capacity: u32,
+    },
+    /// Destroy a CQ no QP uses.
+    DestroyCq {
+        /// The CQ.
+        cqn: u32,
+    },
+    /// Create a QP.
+    CreateQp {
+        /// The PD.
+        pd: u32,
+        /// Transport.
+        qp_type: QpType,
+        /// Capacities.
+        cap: QpCap,
+        /// Signal every send WR.
+        sq_sig_all: bool,
+        /// Send CQ.
+        send_cq: u32,
+        /// Receive CQ.
+        recv_cq: u32,
+        /// SRQ, if any.
+        srq: Option<u32>,
+    },
+    /// Modify a QP.
+    ModifyQp {
+        /// The QP.
+        qpn: u32,
+        /// Values.
+        attr: QpAttr,
+        /// `QpAttrMask` bits.
+        mask: u32,
+    },
+    /// Query a QP.
+    QueryQp {
+        /// The QP.
+        qpn: u32,
+    },
+    /// Destroy a QP.
+    DestroyQp {
+        /// The QP.
+        qpn: u32,
+    },
+    /// Whether a QP uses the CQ.
+    CqInUse {
+        /// The CQ.
+        cqn: u32,
+    },
+    /// Create an SRQ; answers its number and attributes.
+    CreateSrq {
+        /// The PD.
+        pd: u32,
+        /// Attributes.
+        attr: SrqAttr,
+    },
+    /// Modify an SRQ.
+    ModifySrq {
+        /// The SRQ.
+        srqn: u32,
+        /// New capacity.
+        max_wr: Option<u32>,
+        /// New limit.
+        limit: Option<u32>,
+    },
+    /// Query an SRQ.
+    QuerySrq {
+        /// The SRQ.
+        srqn: u32,
+    },
+    /// Destroy an SRQ.
+    DestroySrq {
+        /// The SRQ.
+        srqn: u32,
+    },
+    /// Post send WRs (not answered).
+    PostSend {
+        /// The QP.
+        qpn: u32,
+        /// The requests, in order.
+        wrs: Vec<SendRequest>,
+    },
+    /// Post receive WRs (not answered).
+    PostRecv {
+        /// The QP.
+        qpn: u32,
+        /// The requests, in order.
+        wrs: Vec<RecvRequest>,
+    },
+    /// Post receive WRs to an SRQ (not answered).
+    PostSrqRecv {
+        /// The SRQ.
+        srqn: u32,
+        /// The requests, in order.
+        wrs: Vec<RecvRequest>,
+    },
+    /// Device counters.
+    Counters,
+    /// Counters of one QP.
+    QpCounters {
+        /// The QP.
+        qpn: u32,
+    },
+}
+
+impl Request {
+    /// True for the requests the agent does not answer.
+    pub fn is_post(&self) -> bool {
+        matches!(
+            self,
+            Request::PostSend { .. } | Request::PostRecv { .. } | Request::PostSrqRecv { .. }
+        )
+    }
+}
+
+/// A successful answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Value {
+    /// Nothing to return.
+    Done,
+    /// A number (PD, QP, SRQ, CQ, key).
+    Number(u32),
+    /// The device: its bound address.
+    Device {
+        /// Address and UDP port the NIC bound.
+        local: SocketAddr,
+    },
+    /// QP attributes.
+    QpAttr(QpAttr),
+    /// SRQ number and attributes.
+    Srq(u32, SrqAttr),
+    /// SRQ attributes.
+    SrqAttr(SrqAttr),
+    /// Yes or no.
+    Flag(bool),
+    /// Counter values in table order (absent: no such QP).
+    Counters(Option<Vec<u64>>),
+}
+
+/// An error as it crosses the channel: the variant of [`Error`] and its text.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum WireError {
+    /// [`Error::InvalidArgument`]
+    Invalid(String),
+    /// [`Error::WrongState`]
+    WrongState(crate::types::QpState),
+    /// [`Error::BadTransition`]
+    BadTransition(crate::types::QpState, crate::types::QpState, String),
+    /// [`Error::Exhausted`]
+    Exhausted(String),
+    /// [`Error::NotFound`]
+    NotFound(String),
+    /// [`Error::Busy`]
+    Busy(String),
+    /// [`Error::CqOverrun`]
+    CqOverrun,
+    /// [`Error::NotSupported`]
+    NotSupported(String),
+    /// [`Error::Timeout`]
+    Timeout,
+    /// [`Error::Io`]: errno and text.
+    Io(i32, String),
+}
+
+impl From<&Error> for WireError {
+    fn from(e: &Error) -> Self {
+        match e {
+            Error::InvalidArgument(s) => WireError::Invalid(s.clone()),
+            Error::WrongState(s) => WireError::WrongState(*s),
+            Error::BadTransition { from, to, reason } => {
+                WireError::BadTransition(*from, *to, reason.clone())
+            }
+            Error::Exhausted(s) => WireError::Exhausted(s.clone()),
+            Error::NotFound(s) => WireError::NotFound(s.clone()),
+            Error::Busy(s) => WireError::Busy(s.clone()),
+            Error::CqOverrun => WireError::CqOverrun,
+            Error::NotSupported(s) => WireError::NotSupported(s.clone()),
+            Error::Timeout => WireError::Timeout,
+            Error::Io(io) => WireError::Io(e.errno(), io.to_string()),
+        }
+    }
+}
+
+impl From<WireError> for Error {
+    fn from(e: WireError) -> Self {
+        match e {
+            WireError::Invalid(s) => Error::InvalidArgument(s),
+            WireError::WrongState(s) => Error::WrongState(s),
+            WireError::BadTransition(from, to, reason) => Error::BadTransition { from, to, reason },
+            WireError::Exhausted(s) => Error::Exhausted(s),
+            WireError::NotFound(s) => Error::NotFound(s),
+            WireError::Busy(s) => Error::Busy(s),
+            WireError::CqOverrun => Error::CqOverrun,
+            WireError::NotSupported(s) => Error::NotSupported(s),
+            WireError::Timeout => Error::Timeout,
+            WireError::Io(errno, text) => {
+                tracing::debug!(errno, text, "error from the NIC");
+                Error::Io(std::io::Error::from_raw_os_error(errno))
+            }
+        }
+    }
+}
+
+/// The answer to a request.
+pub type Response = Result<Value, WireError>;
+
+/// What the agent tells a driver without being asked.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Event {
+    /// An armed CQ received a completion that fires it.
+    CqFired(u32),
+    /// An asynchronous event on one of the driver's objects.
+    Async(AsyncEvent),
+}
+
+fn options() -> impl Options {
+    bincode::DefaultOptions::new().with_limit(MAX_MESSAGE as u64)
+}
+
+/// Encode a message.
+pub fn encode<T: Serialize>(msg: &T) -> std::io::Result<Vec<u8>> {
+    let v = options()
+        .serialize(msg)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    if v.len() > MAX_MESSAGE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "message too large",
+        ));
+    }
+    Ok(v)
+}
+
+/// Decode a message, never allocating beyond [`MAX_MESSAGE`].
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> std::io::Result<T> {
+    options()
+        .deserialize(bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_garbage_is_an_error() {
+        let r = Request::RegMr {
+            pd: 3,
+            access: AccessFlags::REMOTE_WRITE,
+            iova: 1 << 40,
+            addr: 0x1000,
+            len: 4096,
+        };
+        let back: Request = decode(&encode(&r).unwrap()).unwrap();
+        assert!(matches!(
+            back,
+            Request::RegMr {
+                pd: 3,
+                len: 4096,
+                ..
+            }
+        ));
+        for junk in [
+            &[][..],
+            &[0xff; 9][..],
+            &[14, 0xff, 0xff, 0xff, 0xff, 0x0f][..],
+        ] {
+            assert!(decode::<Request>(junk).is_err());
+        }
+        let e: Error = WireError::from(&Error::Busy("cq".into())).into();
+        assert_eq!(e.errno(), libc::EBUSY);
+        let e: Error =
+            WireError::from(&Error::Io(std::io::Error::from_raw_os_error(libc::EFAULT))).into();
+        assert_eq!(e.errno(), libc::EFAULT);
+    }
+}

@@ -1,0 +1,433 @@
+//! One driver's session with the NIC agent: the objects it made, its
+//! requests checked against them, and their teardown when it goes —
+//! closed or killed alike.
+
+use super::agent::AgentDevice;
+use super::proto::{Event, Request, Value, WireError};
+use super::{channel, proto};
+use crate::cq::CqShared;
+use crate::engine::command::{
+    AllocPd, CqInUse, CreateQp, CreateSrq, DeallocPd, DeregMr, DestroyQp, DestroySrq, ModifyQp,
+    ModifySrq, PostRecv, PostSend, PostSrqRecv, QueryQp, QuerySrq, RegMr,
+};
+use crate::error::{Error, Result};
+use crate::mem::MemRegion;
+use crate::mr::MrEntry;
+use crate::types::{QpAttrMask, WcOpcode, WcStatus, WorkCompletion};
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+/// Where a session's events go.
+pub struct EventSink {
+    fd: OwnedFd,
+}
+
+impl EventSink {
+    /// Send an event; one the driver has no room for is dropped and logged.
+    pub fn send(&self, ev: &Event) {
+        let sent = proto::encode(ev).and_then(|m| channel::try_send(&self.fd, &m));
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, ?ev, "event not delivered");
+        }
+    }
+}
+
+/// A QP of the session and its CQs.
+struct OwnedQp {
+    send_cq: Arc<CqShared>,
+    recv_cq: Arc<CqShared>,
+}
+
+/// A connected driver.
+pub struct Session {
+    /// Its process id.
+    pub pid: u32,
+    mem: Arc<File>,
+    events: Arc<EventSink>,
+    device: Option<Arc<AgentDevice>>,
+    pds: HashSet<u32>,
+    mrs: HashMap<u32, Arc<MrEntry>>,
+    reserved_cqs: HashSet<u32>,
+    cqs: HashMap<u32, Arc<CqShared>>,
+    qps: HashMap<u32, OwnedQp>,
+    srqs: HashSet<u32>,
+}
+
+fn not_found(what: &str, n: u32) -> Error {
+    Error::NotFound(format!("{what} {n}"))
+}
+
+impl Session {
+    /// A session of process `pid` with its memory file and event socket.
+    pub fn new(pid: u32, mem: File, events: OwnedFd) -> Self {
+        Session {
+            pid,
+            mem: Arc::new(mem),
+            events: Arc::new(EventSink { fd: events }),
+            device: None,
+            pds: HashSet::new(),
+            mrs: HashMap::new(),
+            reserved_cqs: HashSet::new(),
+            cqs: HashMap::new(),
+            qps: HashMap::new(),
+            srqs: HashSet::new(),
+        }
+    }
+
+    fn device(&self) -> Result<&Arc<AgentDevice>> {
+        self.device
+            .as_ref()
+            .ok_or_else(|| Error::inval("no device opened in this session"))
+    }
+
+    fn pd(&self, pd: u32) -> Result<u32> {
+        self.pds
+            .get(&pd)
+            .copied()
+            .ok_or_else(|| not_found("PD", pd))
+    }
+
+    fn qp(&self, qpn: u32) -> Result<&OwnedQp> {
+        self.qps.get(&qpn).ok_or_else(|| not_found("QP", qpn))
+    }
+
+    fn cq(&self, cqn: u32) -> Result<Arc<CqShared>> {
+        self.cqs
+            .get(&cqn)
+            .cloned()
+            .ok_or_else(|| not_found("CQ", cqn))
+    }
+
+    fn srq(&self, srqn: u32) -> Result<u32> {
+        self.srqs
+            .get(&srqn)
+            .copied()
+            .ok_or_else(|| not_found("SRQ", srqn))
+    }
+
+    /// Run one request; `fds` are the descriptors that came with it.
+    /// Posts answer `None`.
+    pub fn handle(
+        &mut self,
+        nic: &super::agent::Nic,
+        req: Request,
+        fds: &mut Vec<OwnedFd>,
+    ) -> Option<proto::Response> {
+        let post = req.is_post();
+        let r = self.run(nic, req, fds);
+        if post {
+            if let Err(e) = r {
+                tracing::debug!(pid = self.pid, error = %e, "post refused");
+            }
+            return None;
+        }
+        Some(r.map_err(|e| WireError::from(&e)))
+    }
+
+    fn run(
+        &mut self,
+        nic: &super::agent::Nic,
+        req: Request,
+        fds: &mut Vec<OwnedFd>,
+    ) -> Result<Value> {
+        use Request as R;
+        if let R::OpenDevice { name, addr, port } = req {
+            if self.device.is_some() {
+                return Err(Error::inval("a session drives one device"));
+            }
+            let dev = nic.open_device(&name, addr, port)?;
+            let local = dev.device.local_addr();
+            self.device = Some(dev);
+            return Ok(Value::Device { local });
+        }
+        let dev = self.device()?.clone();
+        let d = &dev.driver;
+        Ok(match req {
+            R::Hello { .. } | R::OpenDevice { .. } => {
+                return Err(Error::inval("unexpected request"))
+            }
+            R::AllocPd => {
+                let pd = d.call(AllocPd {})?;
+                self.pds.insert(pd);
+                Value::Number(pd)
+            }
+            R::DeallocPd { pd } => {
+                d.call(DeallocPd { pd: self.pd(pd)? })?;
+                self.pds.remove(&pd);
+                Value::Done
+            }
+            R::RegMr {
+                pd,
+                access,
+                iova,
+                addr,
+                len,
+            } => {
+                let len = usize::try_from(len).map_err(|_| Error::inval("MR too large"))?;
+                let mem = MemRegion::in_process(self.mem.clone(), addr, len)
+                    .ok_or_else(|| Error::inval("MR wraps the address space"))?;
+                let entry = d.call(RegMr {
+                    pd: self.pd(pd)?,
+                    access,
+                    iova,
+                    mem,
+                })?;
+                let key = entry.lkey;
+                self.mrs.insert(key, entry);
+                Value::Number(key)
+            }
+            R::DeregMr { key } => {
+                if !self.mrs.contains_key(&key) {
+                    return Err(not_found("MR", key));
+                }
+                let entry = d.call(DeregMr { key })?;
+                entry.mem.invalidate();
+                self.mrs.remove(&key);
+                Value::Done
+            }
+            R::ReserveCq => {
+                let cqn = dev.reserve_cqn();
+                self.reserved_cqs.insert(cqn);
+                Value::Number(cqn)
+            }
+            R::CreateCq { cqn, capacity } => {
+                if capacity == 0 || capacity > dev.device.attr().max_cqe {
+                    return Err(Error::inval("CQ capacity out of range"));
+                }
+                if !self.reserved_cqs.remove(&cqn) {
+                    return Err(not_found("reserved CQ", cqn));
+                }
+                let fd = fds.pop().ok_or_else(|| Error::inval("CQ ring missing"))?;
+                let cq = Arc::new(CqShared::from_fd(cqn, capacity as usize, fd)?);
+                let sink = self.events.clone();
+                cq.set_notifier(Some(Box::new(move || sink.send(&Event::CqFired(cqn)))));
+                dev.own(super::agent::Object::Cq(cqn), &self.events);
+                self.cqs.insert(cqn, cq);
+                Value::Number(cqn)
+            }
+            R::DestroyCq { cqn } => {
+                let cq = self.cq(cqn)?;
+                if d.call(CqInUse { cqn })? {
+                    return Err(Error::Busy(format!("CQ {cqn} has QPs")));
+                }
+                cq.set_notifier(None);
+                self.cqs.remove(&cqn);
+                dev.disown(super::agent::Object::Cq(cqn));
+                Value::Done
+            }
+            R::CreateQp {
+                pd,
+                qp_type,
+                cap,
+                sq_sig_all,
+                send_cq,
+                recv_cq,
+                srq,
+            } => {
+                let (scq, rcq) = (self.cq(send_cq)?, self.cq(recv_cq)?);
+                let srq = srq.map(|s| self.srq(s)).transpose()?;
+                let qpn = d.call(CreateQp {
+                    pd: self.pd(pd)?,
+                    qp_type,
+                    cap,
+                    sq_sig_all,
+                    send_cq: scq.clone(),
+                    recv_cq: rcq.clone(),
+                    srq,
+                })?;
+                self.qps.insert(
+                    qpn,
+                    OwnedQp {
+                        send_cq: scq,
+                        recv_cq: rcq,
+                    },
+                );
+                dev.own(super::agent::Object::Qp(qpn), &self.events);
+                Value::Number(qpn)
+            }
+            R::ModifyQp { qpn, attr, mask } => {
+                self.qp(qpn)?;
+                let mask = QpAttrMask::from_bits(mask)
+                    .ok_or_else(|| Error::inval("unknown attribute mask bits"))?;
+                d.call(ModifyQp { qpn, attr, mask })?;
+                Value::Done
+            }
+            R::QueryQp { qpn } => {
+                self.qp(qpn)?;
+                Value::QpAttr(d.call(QueryQp { qpn })?)
+            }
+            R::DestroyQp { qpn } => {
+                self.qp(qpn)?;
+                d.call(DestroyQp { qpn })?;
+                self.qps.remove(&qpn);
+                dev.disown(super::agent::Object::Qp(qpn));
+                Value::Done
+            }
+            R::CqInUse { cqn } => {
+                self.cq(cqn)?;
+                Value::Flag(d.call(CqInUse { cqn })?)
+            }
+            R::CreateSrq { pd, attr } => {
+                let pd = self.pd(pd)?;
+                let (srqn, got) = d.with_engine(|e, now| {
+                    let n = e.call(now, CreateSrq { pd, attr })?;
+                    e.call(now, QuerySrq { srqn: n }).map(|q| (n, q))
+                })?;
+                self.srqs.insert(srqn);
+                dev.own(super::agent::Object::Srq(srqn), &self.events);
+                Value::Srq(srqn, got)
+            }
+            R::ModifySrq {
+                srqn,
+                max_wr,
+                limit,
+            } => {
+                let srqn = self.srq(srqn)?;
+                d.call(ModifySrq {
+                    srqn,
+                    max_wr,
+                    limit,
+                })?;
+                Value::Done
+            }
+            R::QuerySrq { srqn } => Value::SrqAttr(d.call(QuerySrq {
+                srqn: self.srq(srqn)?,
+            })?),
+            R::DestroySrq { srqn } => {
+                d.call(DestroySrq {
+                    srqn: self.srq(srqn)?,
+                })?;
+                self.srqs.remove(&srqn);
+                dev.disown(super::agent::Object::Srq(srqn));
+                Value::Done
+            }
+            R::PostSend { qpn, wrs } => {
+                let cq = self.qp(qpn)?.send_cq.clone();
+                post_all(
+                    d,
+                    &cq,
+                    qpn,
+                    wrs,
+                    |w| (w.wr_id, w.op.wc_opcode()),
+                    |e, now, wr| e.call(now, PostSend { qpn, wr }),
+                )?;
+                Value::Done
+            }
+            R::PostRecv { qpn, wrs } => {
+                let cq = self.qp(qpn)?.recv_cq.clone();
+                post_all(
+                    d,
+                    &cq,
+                    qpn,
+                    wrs,
+                    |w| (w.wr_id, WcOpcode::Recv),
+                    |e, now, wr| e.call(now, PostRecv { qpn, wr }),
+                )?;
+                Value::Done
+            }
+            R::PostSrqRecv { srqn, wrs } => {
+                let srqn = self.srq(srqn)?;
+                d.with_engine(|e, now| {
+                    for wr in wrs {
+                        e.call(now, PostSrqRecv { srqn, wr })?;
+                    }
+                    Ok::<(), Error>(())
+                })?;
+                Value::Done
+            }
+            R::Counters => Value::Counters(Some(dev.device.counters().values().to_vec())),
+            R::QpCounters { qpn } => {
+                self.qp(qpn)?;
+                Value::Counters(dev.device.qp_counters(qpn).map(|c| c.values().to_vec()))
+            }
+        })
+    }
+
+    /// Tear down everything the session made, in dependency order: QPs,
+    /// SRQs, MRs (their memory is invalidated at once), PDs, CQs.
+    pub fn close(&mut self) {
+        let Some(dev) = self.device.take() else {
+            return;
+        };
+        let d = &dev.driver;
+        for (qpn, _) in self.qps.drain() {
+            let _ = d.call(DestroyQp { qpn });
+            dev.disown(super::agent::Object::Qp(qpn));
+        }
+        for srqn in self.srqs.drain() {
+            let _ = d.call(DestroySrq { srqn });
+            dev.disown(super::agent::Object::Srq(srqn));
+        }
+        for (key, entry) in self.mrs.drain() {
+            entry.mem.invalidate();
+            let _ = d.call(DeregMr { key });
+        }
+        for pd in self.pds.drain() {
+            let _ = d.call(DeallocPd { pd });
+        }
+        for (cqn, cq) in self.cqs.drain() {
+            cq.set_notifier(None);
+            dev.disown(super::agent::Object::Cq(cqn));
+        }
+        tracing::debug!(pid = self.pid, "session closed");
+    }
+
+    /// The device the session opened, if any.
+    pub fn device_handle(&self) -> Option<Arc<AgentDevice>> {
+        self.device.clone()
+    }
+
+    /// Objects the session holds: PDs, MRs, CQs, QPs, SRQs.
+    pub fn holdings(&self) -> [usize; 5] {
+        [
+            self.pds.len(),
+            self.mrs.len(),
+            self.cqs.len(),
+            self.qps.len(),
+            self.srqs.len(),
+        ]
+    }
+}
+
+/// Post WRs in order. One the engine refuses completes with an error
+/// status on `cq` and the ones after it are flushed, since the driver
+/// that posted them is no longer waiting for an answer.
+fn post_all<T>(
+    d: &crate::fabric::udp::UdpDriver,
+    cq: &CqShared,
+    qpn: u32,
+    wrs: Vec<T>,
+    id_op: impl Fn(&T) -> (u64, WcOpcode),
+    post: impl Fn(&mut crate::engine::Engine, u64, T) -> Result<()>,
+) -> Result<()> {
+    d.with_engine(|e, now| {
+        let mut failed: Option<Error> = None;
+        for wr in wrs {
+            let (id, op) = id_op(&wr);
+            let status = match &failed {
+                Some(_) => WcStatus::WrFlushErr,
+                None => match post(e, now, wr) {
+                    Ok(()) => continue,
+                    Err(err) => {
+                        let s = post_error_status(&err);
+                        failed = Some(err);
+                        s
+                    }
+                },
+            };
+            let _ = cq.push(WorkCompletion::new(id, status, op, qpn), false);
+        }
+        failed.map_or(Ok(()), Err)
+    })
+}
+
+/// The completion status of a post the NIC refused after the driver's
+/// own checks passed (a full queue, a state the driver did not know of).
+fn post_error_status(e: &Error) -> WcStatus {
+    match e {
+        Error::InvalidArgument(_) => WcStatus::LocLenErr,
+        _ => WcStatus::LocQpOpErr,
+    }
+}

@@ -1,0 +1,138 @@
+//! Finding the NIC agent, and starting it when none runs: the first
+//! driver of a namespace starts `urdma agent`, which outlives it and
+//! exits on its own once no driver has used it for a while.
+
+use super::channel;
+use crate::error::{Error, Result};
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a driver waits for an agent it started to listen.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connect to the agent and check that it runs as this user (or root),
+/// so that no other user's process can pose as the NIC and receive this
+/// process's memory.
+fn connect_checked(name: &str) -> std::io::Result<OwnedFd> {
+    let fd = channel::connect(name)?;
+    let (_, uid) = channel::peer(&fd)?;
+    let me = nix::unistd::getuid().as_raw();
+    if uid != me && uid != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("the urdma NIC agent of this namespace runs as user {uid}, not {me}"),
+        ));
+    }
+    Ok(fd)
+}
+
+/// The `urdma` program that runs the agent: `URDMA_AGENT_BIN`, this
+/// program if it is `urdma`, `urdma` beside it, or `urdma` on the PATH.
+pub fn agent_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("URDMA_AGENT_BIN").filter(|p| !p.is_empty()) {
+        return Some(p.into());
+    }
+    let exe = std::env::current_exe().ok();
+    if let Some(exe) = &exe {
+        if exe.file_name().is_some_and(|n| n == "urdma") {
+            return Some(exe.clone());
+        }
+        if let Some(p) = exe
+            .parent()
+            .map(|d| d.join("urdma"))
+            .filter(|p| p.is_file())
+        {
+            return Some(p);
+        }
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join("urdma"))
+        .find(|p| p.is_file())
+}
+
+/// A connection to the agent, starting it first if none listens.
+pub fn connect_or_start() -> Result<OwnedFd> {
+    let name = channel::agent_name();
+    match connect_checked(&name) {
+        Ok(fd) => return Ok(fd),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+        Err(e) => return Err(e.into()),
+    }
+    let bin = agent_binary().ok_or_else(|| {
+        Error::Io(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no urdma NIC agent runs and no `urdma` program was found to start one \
+             (set URDMA_AGENT_BIN, or URDMA_NIC=embedded for a NIC inside this process)",
+        ))
+    })?;
+    tracing::debug!(bin = %bin.display(), "starting the NIC agent");
+    let status = Command::new(&bin)
+        .args(["agent", "--detach"])
+        .env("URDMA_NIC_SOCKET", &name)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()?;
+    if !status.success() {
+        tracing::debug!(%status, "agent start reported failure");
+    }
+    let start = Instant::now();
+    loop {
+        match connect_checked(&name) {
+            Ok(fd) => return Ok(fd),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            Err(e) => return Err(e.into()),
+        }
+        if start.elapsed() > START_TIMEOUT {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the NIC agent ({}) did not start", bin.display()),
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Run `bin agent ARGS` in a session of its own, detached from this
+/// process and its terminal, with no descriptor of this process but
+/// stdio, and return at once (the parent of `urdma agent --detach`).
+pub fn detach(bin: &std::path::Path, args: &[String]) -> std::io::Result<()> {
+    let log = std::env::var_os("URDMA_AGENT_LOG")
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+        })
+        .transpose()?;
+    let stderr = match log {
+        Some(f) => Stdio::from(f),
+        None => Stdio::null(),
+    };
+    let mut cmd = Command::new(bin);
+    cmd.arg("agent")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    // SAFETY: the closure runs in the child between fork and exec and
+    // calls only setsid and close_range, both async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            // Descriptors the starting program left inheritable (its
+            // sockets, files) must not stay open in the agent.
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        });
+    }
+    cmd.spawn().map(|_| ())
+}

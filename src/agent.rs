@@ -1,0 +1,49 @@
+//! `urdma agent`: run the NIC agent of this network namespace.
+
+use clap::Args;
+use std::time::Duration;
+use urdma::nic::agent::{self, AgentOptions};
+
+/// Options of `urdma agent`.
+#[derive(Args)]
+pub struct AgentArgs {
+    /// Return at once, leaving the agent running in a session of its own.
+    #[arg(long)]
+    detach: bool,
+    /// Exit after this many seconds with no program using the NIC.
+    #[arg(long, default_value_t = 5.0, conflicts_with = "persist")]
+    linger: f64,
+    /// Never exit on idleness (as a system service).
+    #[arg(long)]
+    persist: bool,
+}
+
+/// Run (or detach) the agent. An agent already serving the namespace is
+/// not an error: it is the NIC the caller wanted.
+pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
+    if a.detach {
+        let exe = std::env::current_exe()?;
+        let mut args = Vec::new();
+        if a.persist {
+            args.push("--persist".to_string());
+        } else {
+            args.push(format!("--linger={}", a.linger));
+        }
+        urdma::nic::spawn::detach(&exe, &args)?;
+        return Ok(());
+    }
+    if !a.linger.is_finite() || a.linger < 0.0 {
+        anyhow::bail!("--linger must be a number of seconds >= 0");
+    }
+    let opts = AgentOptions {
+        linger: (!a.persist).then(|| Duration::from_secs_f64(a.linger)),
+        ..AgentOptions::default()
+    };
+    match agent::run(&opts) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            tracing::info!("an agent already serves this namespace");
+            Ok(())
+        }
+        r => Ok(r?),
+    }
+}
