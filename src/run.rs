@@ -68,13 +68,27 @@ fn private_dir(lib: &Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// A directory holding a `libibverbs.so.1` that is urdma's library.
+/// When the library in `dir` was last built (None: there is none).
+fn built_at(dir: &Path) -> Option<std::time::SystemTime> {
+    [BUILT, SONAME]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).and_then(|m| m.modified()).ok())
+        .max()
+}
+
+/// A directory holding a `libibverbs.so.1` that is urdma's library: of
+/// the places it may be, the one built last (cargo leaves an older copy
+/// beside the executable when the library was once built on its own).
 fn soname_dir() -> Result<PathBuf> {
-    let dirs = lib_dirs()?;
-    if let Some(d) = dirs.iter().find(|d| d.join(SONAME).exists()) {
+    let newest = lib_dirs()?
+        .into_iter()
+        .filter_map(|d| built_at(&d).map(|t| (t, d)))
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, d)| d);
+    if let Some(d) = newest.as_ref().filter(|d| d.join(SONAME).exists()) {
         return Ok(d.clone());
     }
-    let Some(dir) = dirs.into_iter().find(|d| d.join(BUILT).exists()) else {
+    let Some(dir) = newest else {
         bail!(
             "no {SONAME} or {BUILT} beside the urdma executable (build urdma with \
              `cargo build --release`, which builds the library too, or set URDMA_LIB_DIR)"

@@ -30,7 +30,8 @@ fn connect_checked(name: &str) -> std::io::Result<OwnedFd> {
 }
 
 /// The `urdma` program that runs the agent: `URDMA_AGENT_BIN`, this
-/// program if it is `urdma`, `urdma` beside it, or `urdma` on the PATH.
+/// program if it is `urdma`, `urdma` beside it or one folder up (a test
+/// program in cargo's `deps`), or `urdma` on the PATH.
 pub fn agent_binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("URDMA_AGENT_BIN").filter(|p| !p.is_empty()) {
         return Some(p.into());
