@@ -149,8 +149,10 @@ impl Nic {
         Ok(dev)
     }
 
-    /// A session stopped using `dev`: close it when it was the last.
-    fn release(&self, dev: &Arc<AgentDevice>) {
+    /// A session stopped using `dev`: close it when it was the last. The
+    /// device closes (its socket too) with the table locked, so that a
+    /// session opening the same address meanwhile waits and then binds.
+    fn release(&self, dev: Arc<AgentDevice>) {
         let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         if dev.users.fetch_sub(1, Ordering::AcqRel) == 1 {
             let key = (dev.device.config().addr, dev.device.config().port);
@@ -158,7 +160,9 @@ impl Nic {
                 d.driver.set_event_notifier(None);
                 tracing::info!(name = d.device.name(), "device closed");
             }
+            drop(dev);
         }
+        drop(devs);
     }
 }
 
@@ -284,9 +288,7 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
             }
         }
     }
-    let dev = session.device_handle();
-    session.close();
-    if let Some(d) = dev {
-        nic.release(&d);
+    if let Some(d) = session.close() {
+        nic.release(d);
     }
 }

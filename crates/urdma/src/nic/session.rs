@@ -346,11 +346,10 @@ impl Session {
     }
 
     /// Tear down everything the session made, in dependency order: QPs,
-    /// SRQs, MRs (their memory is invalidated at once), PDs, CQs.
-    pub fn close(&mut self) {
-        let Some(dev) = self.device.take() else {
-            return;
-        };
+    /// SRQs, MRs (their memory is invalidated at once), PDs, CQs; hands
+    /// back the device the session used.
+    pub fn close(&mut self) -> Option<Arc<AgentDevice>> {
+        let dev = self.device.take()?;
         let d = &dev.driver;
         for (qpn, _) in self.qps.drain() {
             let _ = d.call(DestroyQp { qpn });
@@ -372,11 +371,7 @@ impl Session {
             dev.disown(super::agent::Object::Cq(cqn));
         }
         tracing::debug!(pid = self.pid, "session closed");
-    }
-
-    /// The device the session opened, if any.
-    pub fn device_handle(&self) -> Option<Arc<AgentDevice>> {
-        self.device.clone()
+        Some(dev)
     }
 
     /// Objects the session holds: PDs, MRs, CQs, QPs, SRQs.
