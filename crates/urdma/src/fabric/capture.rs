@@ -72,7 +72,13 @@ impl Capture {
     /// Create (truncate) `path` and write the pcap file header; the file
     /// holds at most `limit` bytes.
     pub fn create(path: &std::path::Path, limit: u64) -> std::io::Result<Capture> {
-        let mut writer = BufWriter::new(File::create(path)?);
+        Self::to_file(File::create(path)?, limit)
+    }
+
+    /// Write a capture to an open, empty `file` (one a driver opened and
+    /// passed to the NIC agent); the file holds at most `limit` bytes.
+    pub fn to_file(file: File, limit: u64) -> std::io::Result<Capture> {
+        let mut writer = BufWriter::new(file);
         writer.write_all(&file_header())?;
         Ok(Capture {
             inner: Mutex::new(Inner {
@@ -182,25 +188,34 @@ pub fn frame(
     Some(out)
 }
 
-/// The capture of this process, opened on first use from `URDMA_PCAP`.
+/// Where `URDMA_PCAP` asks this process to capture (`%p` replaced by the
+/// process id) and the size limit from `URDMA_PCAP_LIMIT`.
+pub fn requested() -> Option<(String, u64)> {
+    let path = std::env::var_os("URDMA_PCAP")?;
+    let path = path
+        .to_string_lossy()
+        .replace("%p", &std::process::id().to_string());
+    let limit = match std::env::var("URDMA_PCAP_LIMIT") {
+        Ok(v) => match v.parse() {
+            Ok(n) => n,
+            Err(_) => {
+                tracing::warn!(value = %v, "URDMA_PCAP_LIMIT is not a byte count; using the default");
+                DEFAULT_LIMIT
+            }
+        },
+        Err(_) => DEFAULT_LIMIT,
+    };
+    Some((path, limit))
+}
+
+/// The capture of the NICs inside this process, opened on first use from
+/// `URDMA_PCAP`. (A program on the shared NIC asks the agent instead:
+/// see [`crate::nic::proto::Request::Capture`].)
 pub fn global() -> Option<&'static Capture> {
     static CAPTURE: OnceLock<Option<Capture>> = OnceLock::new();
     CAPTURE
         .get_or_init(|| {
-            let path = std::env::var_os("URDMA_PCAP")?;
-            let path = path
-                .to_string_lossy()
-                .replace("%p", &std::process::id().to_string());
-            let limit = match std::env::var("URDMA_PCAP_LIMIT") {
-                Ok(v) => match v.parse() {
-                    Ok(n) => n,
-                    Err(_) => {
-                        tracing::warn!(value = %v, "URDMA_PCAP_LIMIT is not a byte count; using the default");
-                        DEFAULT_LIMIT
-                    }
-                },
-                Err(_) => DEFAULT_LIMIT,
-            };
+            let (path, limit) = requested()?;
             match Capture::create(path.as_ref(), limit) {
                 Ok(c) => Some(c),
                 Err(e) => {

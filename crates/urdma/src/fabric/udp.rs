@@ -33,6 +33,8 @@ pub struct UdpDriver {
     /// Deadline (ns) the receive thread sleeps until; u64::MAX = no deadline.
     sleeping_until: AtomicU64,
     events: EventQueue,
+    /// Captures attached besides the process's own (drivers of the shared NIC).
+    captures: Mutex<Vec<Arc<super::capture::Capture>>>,
 }
 
 fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
@@ -107,6 +109,7 @@ impl UdpDriver {
             shutdown: AtomicBool::new(false),
             sleeping_until: AtomicU64::new(u64::MAX),
             events: EventQueue::default(),
+            captures: Mutex::new(Vec::new()),
         }))
     }
 
@@ -164,21 +167,48 @@ impl UdpDriver {
         let items: Vec<(SocketAddr, &[u8])> =
             out.iter().map(|t| (t.dst, t.data.as_slice())).collect();
         // Recorded before sending, so that no answer precedes its request
-        // in the capture.
-        if let Some(cap) = super::capture::global() {
+        // in the capture. A program may exit without closing its device:
+        // each batch reaches the file at once.
+        self.each_capture(|cap| {
             for (dst, data) in &items {
                 cap.record(self.local, *dst, data);
             }
-            // A program may exit without closing its device: each batch
-            // reaches the file at once.
             cap.flush();
-        }
+        });
         let failed = super::batch::send_all(self.socket.as_raw_fd(), &items);
         drop(sending);
         if failed > 0 {
             tracing::debug!(failed, "datagrams not sent");
             self.lock().count_tx_errors(failed as u64);
         }
+    }
+
+    /// Run `f` on every capture of this device's traffic.
+    fn each_capture(&self, f: impl Fn(&super::capture::Capture)) {
+        if let Some(cap) = super::capture::global() {
+            f(cap);
+        }
+        let caps = self.captures.lock().unwrap_or_else(|e| e.into_inner());
+        for cap in caps.iter() {
+            f(cap);
+        }
+    }
+
+    /// Capture this device's traffic into `cap` too, until detached.
+    pub fn attach_capture(&self, cap: Arc<super::capture::Capture>) {
+        self.captures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(cap);
+    }
+
+    /// Stop capturing into `cap` (flushing it).
+    pub fn detach_capture(&self, cap: &Arc<super::capture::Capture>) {
+        cap.flush();
+        self.captures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|c| !Arc::ptr_eq(c, cap));
     }
 
     /// Wake the receive thread with an empty datagram to itself.
@@ -270,15 +300,17 @@ impl UdpDriver {
                 Ok(false) => Err(std::io::ErrorKind::TimedOut.into()),
                 Err(e) => Err(e),
             };
-            if let (Ok(_), Some(cap)) = (&got, super::capture::global()) {
-                for (src, data) in batch.iter() {
-                    if let (Some(src), Some(data)) = (src, data) {
-                        if !data.is_empty() {
-                            cap.record_received(src, self.local, data);
+            if got.is_ok() {
+                self.each_capture(|cap| {
+                    for (src, data) in batch.iter() {
+                        if let (Some(src), Some(data)) = (src, data) {
+                            if !data.is_empty() {
+                                cap.record_received(src, self.local, data);
+                            }
                         }
                     }
-                }
-                cap.flush();
+                    cap.flush();
+                });
             }
             let mut eng = self.lock();
             // Awake: posters need not wake this thread until it sleeps again.

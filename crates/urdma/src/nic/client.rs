@@ -100,6 +100,15 @@ impl AgentLink {
             Value::Device { local } => local,
             v => return Err(unexpected(v)),
         };
+        // URDMA_PCAP: this program's capture, written by the NIC.
+        if let Some((path, limit)) = crate::fabric::capture::requested() {
+            match std::fs::File::create(&path) {
+                Ok(f) => {
+                    ask(&mut chan, &Request::Capture { limit }, &[f.as_raw_fd()])?;
+                }
+                Err(e) => tracing::warn!(%path, error = %e, "cannot create the packet capture"),
+            }
+        }
         let events = Arc::new(EventQueue::default());
         let cqs: Arc<Mutex<HashMap<u32, Weak<CqShared>>>> = Arc::default();
         let thread = {

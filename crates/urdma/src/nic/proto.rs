@@ -172,6 +172,13 @@ pub enum Request {
         /// The requests, in order.
         wrs: Vec<RecvRequest>,
     },
+    /// Capture the device's traffic, for as long as the session lasts,
+    /// into the passed file (opened by the driver, so the agent writes
+    /// nowhere the driver could not).
+    Capture {
+        /// Largest file size in bytes.
+        limit: u64,
+    },
     /// Device counters.
     Counters,
     /// Counters of one QP.

@@ -53,6 +53,7 @@ pub struct Session {
     cqs: HashMap<u32, Arc<CqShared>>,
     qps: HashMap<u32, OwnedQp>,
     srqs: HashSet<u32>,
+    captures: Vec<Arc<crate::fabric::capture::Capture>>,
 }
 
 fn not_found(what: &str, n: u32) -> Error {
@@ -73,6 +74,7 @@ impl Session {
             cqs: HashMap::new(),
             qps: HashMap::new(),
             srqs: HashSet::new(),
+            captures: Vec::new(),
         }
     }
 
@@ -337,6 +339,16 @@ impl Session {
                 })?;
                 Value::Done
             }
+            R::Capture { limit } => {
+                let fd = fds.pop().ok_or_else(|| Error::inval("capture file missing"))?;
+                let cap = Arc::new(crate::fabric::capture::Capture::to_file(
+                    File::from(fd),
+                    limit,
+                )?);
+                d.attach_capture(cap.clone());
+                self.captures.push(cap);
+                Value::Done
+            }
             R::Counters => Value::Counters(Some(dev.device.counters().values().to_vec())),
             R::QpCounters { qpn } => {
                 self.qp(qpn)?;
@@ -351,6 +363,9 @@ impl Session {
     pub fn close(&mut self) -> Option<Arc<AgentDevice>> {
         let dev = self.device.take()?;
         let d = &dev.driver;
+        for cap in self.captures.drain(..) {
+            d.detach_capture(&cap);
+        }
         for (qpn, _) in self.qps.drain() {
             let _ = d.call(DestroyQp { qpn });
             dev.disown(super::agent::Object::Qp(qpn));

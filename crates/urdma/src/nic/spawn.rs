@@ -73,6 +73,8 @@ pub fn connect_or_start() -> Result<OwnedFd> {
     let status = Command::new(&bin)
         .args(["agent", "--detach"])
         .env("URDMA_NIC_SOCKET", &name)
+        // Programs ask the agent for their own captures.
+        .env_remove("URDMA_PCAP")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .status()?;
