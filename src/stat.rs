@@ -57,10 +57,23 @@ fn print(p: &Published, a: &StatArgs) {
         d.addr,
         fields(&d.counters, a.all)
     );
+    for p in &d.processes {
+        println!(
+            "  process {} ({}): {} PD, {} MR, {} CQ, {} QP, {} SRQ",
+            p.pid,
+            p.command,
+            p.pds,
+            p.mrs,
+            p.cqs,
+            p.qps.len(),
+            p.srqs
+        );
+    }
     if a.qp {
         for q in &d.qps {
+            let owner = q.pid.map(|p| format!(" pid {p}")).unwrap_or_default();
             println!(
-                "  qp {} state {:?} {}",
+                "  qp {}{owner} state {:?} {}",
                 q.qpn,
                 q.state,
                 fields(&q.counters, a.all)

@@ -83,6 +83,16 @@ fn rewind_due(qp: &QpCtx, now: u64) -> bool {
 }
 
 /// Note forward progress: reset retry counters and the timer.
+/// Move the oldest unacknowledged PSN forward to `to`, opening the send
+/// window by the packets acknowledged.
+fn set_una(qp: &mut QpCtx, to: u32) {
+    let n = psn::diff(to, qp.req.una);
+    if n > 0 {
+        qp.req.window.on_ack(n as u32);
+    }
+    qp.req.una = to;
+}
+
 fn progressed(qp: &mut QpCtx, cx: &Ctx<'_>) {
     qp.req.retry_left = qp.attr.retry_cnt;
     qp.req.rnr_left = qp.attr.rnr_retry;
@@ -129,7 +139,7 @@ fn settle_before(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
             rewind_for_loss(qp, cx.now);
             return false;
         }
-        qp.req.una = psn::add(last, 1);
+        set_una(qp, psn::add(last, 1));
         qp.complete_head(cx, WcStatus::Success, 0);
         progressed(qp, cx);
     }
@@ -153,7 +163,7 @@ fn ack_through(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) {
                 rewind_for_loss(qp, cx.now);
                 return;
             }
-            qp.req.una = next;
+            set_una(qp, next);
             progressed(qp, cx);
         }
     }
@@ -219,6 +229,7 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
                     return;
                 }
                 go_back(qp, cx.now);
+                qp.req.window.on_loss();
                 qp.req.retry_left -= 1;
                 return;
             }
@@ -292,7 +303,7 @@ fn on_read_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         return;
     }
     let done = k + 1 == w.npsn as usize;
-    qp.req.una = psn::add(p, 1);
+    set_una(qp, psn::add(p, 1));
     if done {
         qp.complete_head(cx, WcStatus::Success, 0);
     }
@@ -321,7 +332,7 @@ fn on_atomic_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         fail(qp, cx, WcStatus::LocProtErr, 0);
         return;
     }
-    qp.req.una = psn::add(p, 1);
+    set_una(qp, psn::add(p, 1));
     qp.complete_head(cx, WcStatus::Success, 0);
     progressed(qp, cx);
 }
@@ -338,6 +349,7 @@ pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             return;
         }
         qp.req.retry_left -= 1;
+        qp.req.window.on_timeout();
         qp.req.resend_horizon = None;
         rewind_for_loss(qp, cx.now);
         let deadline = qp.ack_timeout_ns().map(|t| cx.now + t);

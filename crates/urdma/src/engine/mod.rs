@@ -4,6 +4,8 @@
 //! itself; [`Engine`] documents the contract.
 
 pub mod command;
+pub mod cwnd;
+mod ident;
 mod completer;
 mod counters;
 mod objects;
@@ -135,6 +137,7 @@ pub struct Engine {
     deferred_acks: Vec<u32>,
     srqs: HashMap<u32, srq::SrqCtx>,
     next_srqn: u32,
+    idents: ident::SenderIdents,
 }
 
 impl Engine {
@@ -162,6 +165,7 @@ impl Engine {
             deferred_acks: Vec::new(),
             srqs: HashMap::new(),
             next_srqn: 1,
+            idents: ident::SenderIdents::default(),
         }
     }
 
@@ -292,7 +296,15 @@ impl Engine {
         };
         // Any sender: rxe and RNICs put a non-zero IPv4 identification,
         // which the ICRC covers and the socket does not show.
-        let pkt = match urdma_wire::parse_received(data, &ctx) {
+        let checked = urdma_wire::check_icrc_any_ident(data, &ctx).and_then(|ident| {
+            let fixed = ident.is_none_or(|i| i == urdma_wire::Ipv4Ident::SENT);
+            if self.idents.accept(src.ip(), fixed) {
+                urdma_wire::parse_unchecked(data)
+            } else {
+                Err(WireError::BadIcrc)
+            }
+        });
+        let pkt = match checked {
             Ok(p) => p,
             Err(e) => {
                 match e {

@@ -52,6 +52,8 @@ pub struct ReqState {
     pub last_rewind_at: u64,
     /// The PSN it went back to.
     pub last_rewind_psn: u32,
+    /// How many PSNs may be outstanding, after the losses seen.
+    pub window: super::cwnd::SendWindow,
 }
 
 /// A multi-packet RDMA WRITE in progress at the responder.

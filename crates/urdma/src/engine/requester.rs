@@ -50,7 +50,7 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             return;
         }
         let cur = psn::add(wqe.first_psn, qp.req.send_pkt);
-        if rc && psn::diff(cur, qp.req.una) >= WINDOW as i32 {
+        if rc && psn::diff(cur, qp.req.una) >= qp.req.window.size() as i32 {
             break;
         }
         if wqe.op.is_read_or_atomic()
@@ -232,7 +232,7 @@ fn send_one(
 ) -> Result<(), tx::PayloadError> {
     let k = qp.req.send_pkt;
     let rc = qp.qp_type == QpType::Rc;
-    let window_full_next = psn::diff(cur, qp.req.una) + 1 >= WINDOW as i32;
+    let window_full_next = psn::diff(cur, qp.req.una) + 1 >= qp.req.window.size() as i32;
     let wqe = &qp.req.sq[qp.req.send_pos];
     let seg = segment(wqe, k, qp.mtu());
     let mut bth = Bth::new(Opcode::RcSendOnly, qp.attr.dest_qp_num, cur);

@@ -23,6 +23,28 @@ pub struct QpStats {
     pub state: QpState,
     /// Counters.
     pub counters: Counters,
+    /// Process that holds the QP, on the shared NIC.
+    #[serde(default)]
+    pub pid: Option<u32>,
+}
+
+/// What one process holds on a device of the shared NIC.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessStats {
+    /// Process id.
+    pub pid: u32,
+    /// Its command name.
+    pub command: String,
+    /// Protection domains.
+    pub pds: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
+    /// Its QPs.
+    pub qps: Vec<u32>,
 }
 
 /// Counters of one device of one process.
@@ -38,6 +60,10 @@ pub struct DeviceStats {
     pub counters: Counters,
     /// Per-QP counters.
     pub qps: Vec<QpStats>,
+    /// Processes using the device through the shared NIC (empty for a
+    /// NIC inside a program).
+    #[serde(default)]
+    pub processes: Vec<ProcessStats>,
     /// When the device was closed (seconds since the Unix epoch): these
     /// are its final counters. None while it is open.
     #[serde(default)]
@@ -86,10 +112,26 @@ pub fn snapshot(name: &str, eng: &Engine) -> DeviceStats {
                     qpn,
                     state: eng.query_qp(qpn).ok()?.qp_state,
                     counters: eng.qp_counters(qpn)?,
+                    pid: None,
                 })
             })
             .collect(),
+        processes: Vec::new(),
         closed_at: None,
+    }
+}
+
+impl DeviceStats {
+    /// Add who holds what, and mark each QP with its process.
+    pub fn with_processes(mut self, processes: Vec<ProcessStats>) -> Self {
+        for q in &mut self.qps {
+            q.pid = processes
+                .iter()
+                .find(|p| p.qps.contains(&q.qpn))
+                .map(|p| p.pid);
+        }
+        self.processes = processes;
+        self
     }
 }
 
@@ -196,8 +238,33 @@ mod tests {
             addr: "127.0.0.1:4791".into(),
             counters: Counters::default(),
             qps: Vec::new(),
+            processes: Vec::new(),
             closed_at,
         }
+    }
+
+    #[test]
+    fn processes_mark_their_qps() {
+        let mut s = stats(1, "urdma0", None);
+        for qpn in [17, 18] {
+            s.qps.push(QpStats {
+                qpn,
+                state: QpState::Rts,
+                counters: Counters::default(),
+                pid: None,
+            });
+        }
+        let p = ProcessStats {
+            pid: 42,
+            command: "ib_write_bw".into(),
+            qps: vec![18],
+            ..Default::default()
+        };
+        let s = s.with_processes(vec![p]);
+        assert_eq!(s.qps[0].pid, None);
+        assert_eq!(s.qps[1].pid, Some(42));
+        let back: DeviceStats = serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
     }
 
     #[test]

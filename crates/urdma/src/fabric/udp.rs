@@ -35,7 +35,14 @@ pub struct UdpDriver {
     events: EventQueue,
     /// Captures attached besides the process's own (drivers of the shared NIC).
     captures: Mutex<Vec<Arc<super::capture::Capture>>>,
+    /// Who holds what on the device (the shared NIC's sessions).
+    holders: Mutex<Option<Holders>>,
+    /// The holders changed since the counters were last published.
+    holders_changed: AtomicBool,
 }
+
+/// Reports, for the published counters, what each process holds.
+pub type Holders = Box<dyn Fn() -> Vec<stats::ProcessStats> + Send + Sync>;
 
 fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
@@ -110,6 +117,8 @@ impl UdpDriver {
             sleeping_until: AtomicU64::new(u64::MAX),
             events: EventQueue::default(),
             captures: Mutex::new(Vec::new()),
+            holders: Mutex::new(None),
+            holders_changed: AtomicBool::new(false),
         }))
     }
 
@@ -180,6 +189,30 @@ impl UdpDriver {
         if failed > 0 {
             tracing::debug!(failed, "datagrams not sent");
             self.lock().count_tx_errors(failed as u64);
+        }
+    }
+
+    /// Install the report of what each process holds on the device.
+    pub fn set_holders(&self, h: Option<Holders>) {
+        *self.holders.lock().unwrap_or_else(|e| e.into_inner()) = h;
+    }
+
+    /// What each process holds changed: publish the counters soon.
+    pub fn holders_changed(&self) {
+        self.holders_changed.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    fn snapshot(&self, eng: &Engine) -> stats::DeviceStats {
+        let s = stats::snapshot(&self.name, eng);
+        match self
+            .holders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            Some(h) => s.with_processes(h()),
+            None => s,
         }
     }
 
@@ -269,10 +302,11 @@ impl UdpDriver {
                 let now = self.now();
                 let mut d = eng.next_deadline().unwrap_or(u64::MAX);
                 let mut snapshot = None;
-                if packets != published_packets {
+                if packets != published_packets || self.holders_changed.load(Ordering::Acquire) {
                     let due = published_at + stats::PUBLISH_INTERVAL_NS;
                     if now >= due {
-                        snapshot = Some(stats::snapshot(&self.name, &eng));
+                        self.holders_changed.store(false, Ordering::Release);
+                        snapshot = Some(self.snapshot(&eng));
                         published_at = now;
                         published_packets = packets;
                     } else {
@@ -345,7 +379,7 @@ impl UdpDriver {
         if let Some(cap) = super::capture::global() {
             cap.flush();
         }
-        let last = stats::snapshot(&self.name, &self.lock());
+        let last = self.snapshot(&self.lock());
         stats::publish_final(last);
     }
 }

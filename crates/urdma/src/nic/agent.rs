@@ -8,6 +8,7 @@ use super::proto::{self, Event, Request, Value};
 use super::session::{EventSink, Session};
 use crate::api::{Device, DeviceConfig};
 use crate::error::{Error, Result};
+use crate::fabric::stats::ProcessStats;
 use crate::types::{AsyncEvent, AsyncEventKind};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -65,6 +66,8 @@ pub struct AgentDevice {
     next_cqn: AtomicU32,
     owners: Mutex<HashMap<Object, Weak<EventSink>>>,
     users: AtomicUsize,
+    /// What each session holds, by session id.
+    holdings: Mutex<HashMap<u64, ProcessStats>>,
 }
 
 impl AgentDevice {
@@ -87,6 +90,31 @@ impl AgentDevice {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&obj);
+    }
+
+    /// Record what session `id` holds now (None: it is gone).
+    pub fn report(&self, id: u64, h: Option<ProcessStats>) {
+        let mut all = self.holdings.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = match h {
+            Some(h) => all.insert(id, h.clone()).as_ref() != Some(&h),
+            None => all.remove(&id).is_some(),
+        };
+        drop(all);
+        if changed {
+            self.driver.holders_changed();
+        }
+    }
+
+    fn processes(&self) -> Vec<ProcessStats> {
+        let mut v: Vec<ProcessStats> = self
+            .holdings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by_key(|p| p.pid);
+        v
     }
 
     fn route(&self, ev: AsyncEvent) {
@@ -133,7 +161,12 @@ impl Nic {
             next_cqn: AtomicU32::new(1),
             owners: Mutex::new(HashMap::new()),
             users: AtomicUsize::new(1),
+            holdings: Mutex::new(HashMap::new()),
         });
+        let holders = Arc::downgrade(&dev);
+        dev.driver.set_holders(Some(Box::new(move || {
+            holders.upgrade().map(|d| d.processes()).unwrap_or_default()
+        })));
         let weak = Arc::downgrade(&dev);
         let driver = Arc::downgrade(&dev.driver);
         dev.driver.set_event_notifier(Some(Box::new(move || {
@@ -158,6 +191,7 @@ impl Nic {
             let key = (dev.device.config().addr, dev.device.config().port);
             if let Some(d) = devs.remove(&key) {
                 d.driver.set_event_notifier(None);
+                d.driver.set_holders(None);
                 tracing::info!(name = d.device.name(), "device closed");
             }
             drop(dev);
@@ -263,7 +297,9 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
             return;
         }
     }
-    let mut session = Session::new(pid, mem, events);
+    static NEXT_SESSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    let mut session = Session::new(id, pid, mem, events);
     tracing::debug!(pid, "session opened");
     loop {
         fds.clear();

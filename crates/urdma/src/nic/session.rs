@@ -11,6 +11,7 @@ use crate::engine::command::{
     ModifySrq, PostRecv, PostSend, PostSrqRecv, QueryQp, QuerySrq, RegMr,
 };
 use crate::error::{Error, Result};
+use crate::fabric::stats::ProcessStats;
 use crate::mem::MemRegion;
 use crate::mr::MrEntry;
 use crate::types::{QpAttrMask, WcOpcode, WcStatus, WorkCompletion};
@@ -42,8 +43,12 @@ struct OwnedQp {
 
 /// A connected driver.
 pub struct Session {
+    /// Its number in the agent.
+    pub id: u64,
     /// Its process id.
     pub pid: u32,
+    /// The process's command name.
+    command: String,
     mem: Arc<File>,
     events: Arc<EventSink>,
     device: Option<Arc<AgentDevice>>,
@@ -62,9 +67,14 @@ fn not_found(what: &str, n: u32) -> Error {
 
 impl Session {
     /// A session of process `pid` with its memory file and event socket.
-    pub fn new(pid: u32, mem: File, events: OwnedFd) -> Self {
+    pub fn new(id: u64, pid: u32, mem: File, events: OwnedFd) -> Self {
+        let command = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_default();
         Session {
+            id,
             pid,
+            command,
             mem: Arc::new(mem),
             events: Arc::new(EventSink { fd: events }),
             device: None,
@@ -124,6 +134,9 @@ impl Session {
                 tracing::debug!(pid = self.pid, error = %e, "post refused");
             }
             return None;
+        }
+        if let Some(dev) = &self.device {
+            dev.report(self.id, Some(self.holdings()));
         }
         Some(r.map_err(|e| WireError::from(&e)))
     }
@@ -385,19 +398,24 @@ impl Session {
             cq.set_notifier(None);
             dev.disown(super::agent::Object::Cq(cqn));
         }
+        dev.report(self.id, None);
         tracing::debug!(pid = self.pid, "session closed");
         Some(dev)
     }
 
-    /// Objects the session holds: PDs, MRs, CQs, QPs, SRQs.
-    pub fn holdings(&self) -> [usize; 5] {
-        [
-            self.pds.len(),
-            self.mrs.len(),
-            self.cqs.len(),
-            self.qps.len(),
-            self.srqs.len(),
-        ]
+    /// What the session holds, as `urdma stat` shows it.
+    pub fn holdings(&self) -> ProcessStats {
+        let mut qps: Vec<u32> = self.qps.keys().copied().collect();
+        qps.sort_unstable();
+        ProcessStats {
+            pid: self.pid,
+            command: self.command.clone(),
+            pds: self.pds.len(),
+            mrs: self.mrs.len(),
+            cqs: self.cqs.len(),
+            srqs: self.srqs.len(),
+            qps,
+        }
     }
 }
 

@@ -1,0 +1,98 @@
+//! The send window's response to loss: how many PSNs an RC QP may have
+//! outstanding right now, at most [`super::requester::WINDOW`]. It starts
+//! open; a retransmission timeout closes it to [`MIN_WINDOW`] and a
+//! sequence NAK halves it, and acknowledged packets open it again, fast
+//! (one per packet) up to half the size it had at the last loss, then by
+//! one packet per window's worth, as TCP's Reno does. Many QPs that share
+//! one receiver thus back off instead of overflowing its socket with
+//! retransmitted windows until their retries run out.
+
+use super::requester::WINDOW;
+
+/// Smallest window after a loss, in packets.
+pub const MIN_WINDOW: u32 = 4;
+
+/// A QP's send window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWindow {
+    size: u32,
+    threshold: u32,
+    /// Packets acknowledged toward the next +1 above the threshold.
+    credit: u32,
+}
+
+impl Default for SendWindow {
+    fn default() -> Self {
+        SendWindow {
+            size: WINDOW,
+            threshold: WINDOW,
+            credit: 0,
+        }
+    }
+}
+
+impl SendWindow {
+    /// PSNs that may be outstanding now.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// `n` more packets were acknowledged.
+    pub fn on_ack(&mut self, n: u32) {
+        if self.size < self.threshold {
+            self.size = (self.size + n).min(self.threshold);
+            return;
+        }
+        self.credit += n;
+        while self.credit >= self.size && self.size < WINDOW {
+            self.credit -= self.size;
+            self.size += 1;
+        }
+        if self.size >= WINDOW {
+            self.credit = 0;
+        }
+    }
+
+    /// A sequence NAK: a packet was lost but later ones arrived.
+    pub fn on_loss(&mut self) {
+        self.threshold = (self.size / 2).max(MIN_WINDOW);
+        self.size = self.threshold;
+        self.credit = 0;
+    }
+
+    /// A retransmission timeout: nothing came back for a whole timeout.
+    pub fn on_timeout(&mut self) {
+        self.threshold = (self.size / 2).max(MIN_WINDOW);
+        self.size = MIN_WINDOW;
+        self.credit = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closes_on_loss_and_reopens_with_acks() {
+        let mut w = SendWindow::default();
+        assert_eq!(w.size(), WINDOW);
+        w.on_timeout();
+        assert_eq!(w.size(), MIN_WINDOW);
+        // Fast up to half the old size...
+        w.on_ack(200);
+        assert_eq!(w.size(), WINDOW / 2);
+        // ...then one packet per window acknowledged.
+        w.on_ack(WINDOW / 2);
+        assert_eq!(w.size(), WINDOW / 2 + 1);
+        w.on_loss();
+        assert_eq!(w.size(), (WINDOW / 2 + 1) / 2);
+        for _ in 0..100_000 {
+            w.on_ack(7);
+        }
+        assert_eq!(w.size(), WINDOW);
+        for _ in 0..20 {
+            w.on_timeout();
+        }
+        assert_eq!(w.size(), MIN_WINDOW);
+    }
+}
