@@ -72,7 +72,11 @@ fn private_dir(lib: &Path) -> Result<PathBuf> {
 fn built_at(dir: &Path) -> Option<std::time::SystemTime> {
     [BUILT, SONAME]
         .iter()
-        .filter_map(|f| std::fs::metadata(dir.join(f)).and_then(|m| m.modified()).ok())
+        .filter_map(|f| {
+            std::fs::metadata(dir.join(f))
+                .and_then(|m| m.modified())
+                .ok()
+        })
         .max()
 }
 

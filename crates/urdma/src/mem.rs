@@ -64,6 +64,9 @@ pub struct MemRegion {
     lock: RwLock<()>,
     /// Set for memory of another process; `ptr` is then unused.
     process: Option<ProcessMem>,
+    /// Shared memory the region lies in (`ptr` is its base), unmapped
+    /// with the region.
+    mapping: Option<crate::shm::SharedMapping>,
 }
 
 // SAFETY: the region is plain bytes; all access goes through the methods
@@ -131,7 +134,34 @@ impl MemRegion {
             valid: AtomicBool::new(true),
             lock: RwLock::new(()),
             process: None,
+            mapping: None,
         }
+    }
+
+    /// Allocate a zeroed region of `len` bytes in shared memory (a sealed
+    /// memfd) that the NIC agent maps too, so that it reaches the region
+    /// with no system call; see [`MemRegion::shared_fd`].
+    pub fn allocate_shared(len: usize) -> std::io::Result<Self> {
+        if len == 0 {
+            return Self::allocate(0);
+        }
+        Ok(Self::in_mapping(crate::shm::SharedMapping::create(
+            c"urdma-mr",
+            len,
+        )?))
+    }
+
+    /// The region of shared memory `mapping` maps (the agent's view of a
+    /// driver's [`MemRegion::allocate_shared`] region).
+    pub fn in_mapping(mapping: crate::shm::SharedMapping) -> Self {
+        let mut r = Self::with_ptr(mapping.base(), mapping.len(), false);
+        r.mapping = Some(mapping);
+        r
+    }
+
+    /// The memfd of a region in shared memory, to pass to the NIC agent.
+    pub fn shared_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.mapping.as_ref().and_then(|m| m.fd())
     }
 
     /// Size in bytes.
@@ -279,7 +309,7 @@ impl MemRegion {
         let p = self.process.as_ref().ok_or(MemError::Invalid)?;
         self.check(offset, 8)?;
         let at = p.base + offset as u64;
-        if at % 8 != 0 {
+        if !at.is_multiple_of(8) {
             return Err(MemError::Misaligned);
         }
         let mut b = [0u8; 8];

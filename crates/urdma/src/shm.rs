@@ -130,6 +130,12 @@ impl SharedMapping {
         Ok(SharedMapping { ptr, len, fd })
     }
 
+    /// Address of the first byte of the mapping (valid for `len()` bytes
+    /// while the mapping lives).
+    pub fn base(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
     /// Length of the mapping in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -55,7 +55,12 @@ impl Pd {
 
     /// Allocate and register `len` zeroed bytes with `access` rights.
     pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Mr> {
-        let mem = MemRegion::allocate(len)?;
+        // On the shared NIC the region is shared memory the agent maps.
+        let mem = if self.inner.dev.is_shared() {
+            MemRegion::allocate_shared(len)?
+        } else {
+            MemRegion::allocate(len)?
+        };
         let iova = mem.addr() as u64;
         let pdn = self.inner.pdn;
         let entry = self.inner.dev.call(RegMr {

@@ -85,7 +85,7 @@ mod tests {
         w.on_ack(WINDOW / 2);
         assert_eq!(w.size(), WINDOW / 2 + 1);
         w.on_loss();
-        assert_eq!(w.size(), (WINDOW / 2 + 1) / 2);
+        assert_eq!(w.size(), (WINDOW / 2).div_ceil(2));
         for _ in 0..100_000 {
             w.on_ack(7);
         }

@@ -82,7 +82,9 @@ mod tests {
         }
         // Another stack takes the trusted address: learnt anew.
         assert!(t.accept(urdma, true));
-        let refused = (0..RELEARN_AFTER).filter(|_| !t.accept(urdma, false)).count();
+        let refused = (0..RELEARN_AFTER)
+            .filter(|_| !t.accept(urdma, false))
+            .count();
         assert_eq!(refused as u32, RELEARN_AFTER - 1);
         assert!(t.accept(urdma, false));
     }

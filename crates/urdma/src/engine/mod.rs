@@ -4,10 +4,10 @@
 //! itself; [`Engine`] documents the contract.
 
 pub mod command;
-pub mod cwnd;
-mod ident;
 mod completer;
 mod counters;
+pub mod cwnd;
+mod ident;
 mod objects;
 pub(crate) mod psn;
 pub(crate) mod qp;

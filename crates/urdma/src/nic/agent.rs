@@ -200,6 +200,14 @@ impl Nic {
     }
 }
 
+/// Posts run together at most.
+const MAX_POST_BATCH: usize = 64;
+
+/// Send an answer to the driver.
+fn answer(conn: &OwnedFd, a: &proto::Response) -> std::io::Result<()> {
+    proto::encode(a).and_then(|m| channel::send(conn, &m, &[]))
+}
+
 /// Run the agent until it has been idle for `linger`. Fails with
 /// `AddrInUse` when another agent already serves this namespace.
 pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
@@ -311,16 +319,56 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
                 break;
             }
         }
-        let answer = match proto::decode::<Request>(&buf) {
-            Ok(req) => session.handle(nic, req, &mut fds),
-            Err(e) => Some(Err(proto::WireError::from(&Error::inval(format!(
-                "undecodable request: {e}"
-            ))))),
+        let req = match proto::decode::<Request>(&buf) {
+            Ok(req) => req,
+            Err(e) => {
+                let a: proto::Response = Err(proto::WireError::from(&Error::inval(format!(
+                    "undecodable request: {e}"
+                ))));
+                if answer(&conn, &a).is_err() {
+                    break;
+                }
+                continue;
+            }
         };
-        if let Some(a) = answer {
-            let sent = proto::encode(&a).and_then(|m| channel::send(&conn, &m, &[]));
-            if sent.is_err() {
-                break;
+        if !req.is_post() {
+            if let Some(a) = session.handle(nic, req, &mut fds) {
+                if answer(&conn, &a).is_err() {
+                    break;
+                }
+            }
+            continue;
+        }
+        // Posts already waiting behind this one run with it, under one
+        // engine lock; the first other request waits for them.
+        let mut posts = vec![req];
+        let mut next = None;
+        while posts.len() < MAX_POST_BATCH {
+            fds.clear();
+            match channel::try_recv(&conn, &mut buf, &mut fds) {
+                Ok(true) => match proto::decode::<Request>(&buf) {
+                    Ok(r) if r.is_post() => posts.push(r),
+                    Ok(r) => {
+                        next = Some(r);
+                        break;
+                    }
+                    Err(e) => {
+                        let a: proto::Response = Err(proto::WireError::from(&Error::inval(
+                            format!("undecodable request: {e}"),
+                        )));
+                        let _ = answer(&conn, &a);
+                        break;
+                    }
+                },
+                _ => break,
+            }
+        }
+        session.handle_posts(posts);
+        if let Some(r) = next {
+            if let Some(a) = session.handle(nic, r, &mut fds) {
+                if answer(&conn, &a).is_err() {
+                    break;
+                }
             }
         }
     }

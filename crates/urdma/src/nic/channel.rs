@@ -115,16 +115,34 @@ fn send_flags(
 /// Receive one message into `buf` (resized to the message), taking the
 /// descriptors it carries into `fds`. Ok(false): the peer closed.
 pub fn recv(fd: &impl AsRawFd, buf: &mut Vec<u8>, fds: &mut Vec<OwnedFd>) -> std::io::Result<bool> {
+    recv_flags(fd, buf, fds, MsgFlags::MSG_CMSG_CLOEXEC)
+}
+
+/// As [`recv`], but only a message already waiting (else `WouldBlock`).
+pub fn try_recv(
+    fd: &impl AsRawFd,
+    buf: &mut Vec<u8>,
+    fds: &mut Vec<OwnedFd>,
+) -> std::io::Result<bool> {
+    recv_flags(
+        fd,
+        buf,
+        fds,
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    )
+}
+
+fn recv_flags(
+    fd: &impl AsRawFd,
+    buf: &mut Vec<u8>,
+    fds: &mut Vec<OwnedFd>,
+    flags: MsgFlags,
+) -> std::io::Result<bool> {
     buf.resize(super::proto::MAX_MESSAGE + 1, 0);
     let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);
     loop {
         let mut iov = [IoSliceMut::new(buf)];
-        let r = socket::recvmsg::<()>(
-            fd.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        );
+        let r = socket::recvmsg::<()>(fd.as_raw_fd(), &mut iov, Some(&mut cmsg), flags);
         let msg = match r {
             Ok(m) => m,
             Err(nix::Error::EINTR) => continue,

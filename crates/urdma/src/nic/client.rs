@@ -279,14 +279,16 @@ impl AgentLink {
             C::AllocPd(_) => Reply::Number(number(self.request(&Request::AllocPd, &[])?)?),
             C::DeallocPd(c) => done(self.request(&Request::DeallocPd { pd: c.pd }, &[])?)?,
             C::RegMr(c) => {
+                let fd = c.mem.shared_fd().map(|f| f.as_raw_fd());
                 let req = Request::RegMr {
                     pd: c.pd,
                     access: c.access,
                     iova: c.iova,
                     addr: c.mem.addr() as u64,
                     len: c.mem.len() as u64,
+                    shared: fd.is_some(),
                 };
-                let key = number(self.request(&req, &[])?)?;
+                let key = number(self.request(&req, fd.as_slice())?)?;
                 let entry = Arc::new(MrEntry::new(key, c.pd, c.access, c.iova, c.mem));
                 self.mrs
                     .lock()

@@ -52,7 +52,8 @@ pub enum Request {
         /// The PD.
         pd: u32,
     },
-    /// Register `len` bytes of the driver's memory at `addr`.
+    /// Register `len` bytes of the driver's memory at `addr` (with
+    /// `shared`: the passed memfd's first `len` bytes instead).
     RegMr {
         /// The PD.
         pd: u32,
@@ -64,6 +65,8 @@ pub enum Request {
         addr: u64,
         /// Length.
         len: u64,
+        /// The memory is the memfd passed with the request.
+        shared: bool,
     },
     /// Deregister an MR.
     DeregMr {
@@ -335,6 +338,7 @@ mod tests {
             iova: 1 << 40,
             addr: 0x1000,
             len: 4096,
+            shared: false,
         };
         let back: Request = decode(&encode(&r).unwrap()).unwrap();
         assert!(matches!(

@@ -127,14 +127,11 @@ impl Session {
         req: Request,
         fds: &mut Vec<OwnedFd>,
     ) -> Option<proto::Response> {
-        let post = req.is_post();
-        let r = self.run(nic, req, fds);
-        if post {
-            if let Err(e) = r {
-                tracing::debug!(pid = self.pid, error = %e, "post refused");
-            }
+        if req.is_post() {
+            self.handle_posts(vec![req]);
             return None;
         }
+        let r = self.run(nic, req, fds);
         if let Some(dev) = &self.device {
             dev.report(self.id, Some(self.holdings()));
         }
@@ -179,10 +176,16 @@ impl Session {
                 iova,
                 addr,
                 len,
+                shared,
             } => {
                 let len = usize::try_from(len).map_err(|_| Error::inval("MR too large"))?;
-                let mem = MemRegion::in_process(self.mem.clone(), addr, len)
-                    .ok_or_else(|| Error::inval("MR wraps the address space"))?;
+                let mem = if shared {
+                    let fd = fds.pop().ok_or_else(|| Error::inval("MR memory missing"))?;
+                    MemRegion::in_mapping(crate::shm::SharedMapping::from_fd(fd, len)?)
+                } else {
+                    MemRegion::in_process(self.mem.clone(), addr, len)
+                        .ok_or_else(|| Error::inval("MR wraps the address space"))?
+                };
                 let entry = d.call(RegMr {
                     pd: self.pd(pd)?,
                     access,
@@ -318,42 +321,14 @@ impl Session {
                 dev.disown(super::agent::Object::Srq(srqn));
                 Value::Done
             }
-            R::PostSend { qpn, wrs } => {
-                let cq = self.qp(qpn)?.send_cq.clone();
-                post_all(
-                    d,
-                    &cq,
-                    qpn,
-                    wrs,
-                    |w| (w.wr_id, w.op.wc_opcode()),
-                    |e, now, wr| e.call(now, PostSend { qpn, wr }),
-                )?;
-                Value::Done
-            }
-            R::PostRecv { qpn, wrs } => {
-                let cq = self.qp(qpn)?.recv_cq.clone();
-                post_all(
-                    d,
-                    &cq,
-                    qpn,
-                    wrs,
-                    |w| (w.wr_id, WcOpcode::Recv),
-                    |e, now, wr| e.call(now, PostRecv { qpn, wr }),
-                )?;
-                Value::Done
-            }
-            R::PostSrqRecv { srqn, wrs } => {
-                let srqn = self.srq(srqn)?;
-                d.with_engine(|e, now| {
-                    for wr in wrs {
-                        e.call(now, PostSrqRecv { srqn, wr })?;
-                    }
-                    Ok::<(), Error>(())
-                })?;
+            R::PostSend { .. } | R::PostRecv { .. } | R::PostSrqRecv { .. } => {
+                self.handle_posts(vec![req]);
                 Value::Done
             }
             R::Capture { limit } => {
-                let fd = fds.pop().ok_or_else(|| Error::inval("capture file missing"))?;
+                let fd = fds
+                    .pop()
+                    .ok_or_else(|| Error::inval("capture file missing"))?;
                 let cap = Arc::new(crate::fabric::capture::Capture::to_file(
                     File::from(fd),
                     limit,
@@ -368,6 +343,54 @@ impl Session {
                 Value::Counters(dev.device.qp_counters(qpn).map(|c| c.values().to_vec()))
             }
         })
+    }
+
+    /// Run posts (requests that get no answer) under one engine lock, so
+    /// that the packets they make leave in one batch.
+    pub fn handle_posts(&mut self, posts: Vec<Request>) {
+        let Some(dev) = self.device.clone() else {
+            return;
+        };
+        dev.driver.with_engine(|e, now| {
+            for req in posts {
+                if let Err(err) = self.post(e, now, req) {
+                    tracing::debug!(pid = self.pid, error = %err, "post refused");
+                }
+            }
+        });
+    }
+
+    fn post(&self, e: &mut crate::engine::Engine, now: u64, req: Request) -> Result<()> {
+        match req {
+            Request::PostSend { qpn, wrs } => {
+                let cq = self.qp(qpn)?.send_cq.clone();
+                post_all(
+                    &cq,
+                    qpn,
+                    wrs,
+                    |w| (w.wr_id, w.op.wc_opcode()),
+                    |wr| e.call(now, PostSend { qpn, wr }),
+                )
+            }
+            Request::PostRecv { qpn, wrs } => {
+                let cq = self.qp(qpn)?.recv_cq.clone();
+                post_all(
+                    &cq,
+                    qpn,
+                    wrs,
+                    |w| (w.wr_id, WcOpcode::Recv),
+                    |wr| e.call(now, PostRecv { qpn, wr }),
+                )
+            }
+            Request::PostSrqRecv { srqn, wrs } => {
+                let srqn = self.srq(srqn)?;
+                for wr in wrs {
+                    e.call(now, PostSrqRecv { srqn, wr })?;
+                }
+                Ok(())
+            }
+            _ => Err(Error::inval("not a post")),
+        }
     }
 
     /// Tear down everything the session made, in dependency order: QPs,
@@ -423,32 +446,29 @@ impl Session {
 /// status on `cq` and the ones after it are flushed, since the driver
 /// that posted them is no longer waiting for an answer.
 fn post_all<T>(
-    d: &crate::fabric::udp::UdpDriver,
     cq: &CqShared,
     qpn: u32,
     wrs: Vec<T>,
     id_op: impl Fn(&T) -> (u64, WcOpcode),
-    post: impl Fn(&mut crate::engine::Engine, u64, T) -> Result<()>,
+    mut post: impl FnMut(T) -> Result<()>,
 ) -> Result<()> {
-    d.with_engine(|e, now| {
-        let mut failed: Option<Error> = None;
-        for wr in wrs {
-            let (id, op) = id_op(&wr);
-            let status = match &failed {
-                Some(_) => WcStatus::WrFlushErr,
-                None => match post(e, now, wr) {
-                    Ok(()) => continue,
-                    Err(err) => {
-                        let s = post_error_status(&err);
-                        failed = Some(err);
-                        s
-                    }
-                },
-            };
-            let _ = cq.push(WorkCompletion::new(id, status, op, qpn), false);
-        }
-        failed.map_or(Ok(()), Err)
-    })
+    let mut failed: Option<Error> = None;
+    for wr in wrs {
+        let (id, op) = id_op(&wr);
+        let status = match &failed {
+            Some(_) => WcStatus::WrFlushErr,
+            None => match post(wr) {
+                Ok(()) => continue,
+                Err(err) => {
+                    let s = post_error_status(&err);
+                    failed = Some(err);
+                    s
+                }
+            },
+        };
+        let _ = cq.push(WorkCompletion::new(id, status, op, qpn), false);
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 /// The completion status of a post the NIC refused after the driver's
