@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use clap::Args;
+use std::fmt::Write as _;
 use urdma::fabric::stats::{read_all, stats_dir, Published};
 
 /// Arguments of `urdma stat`.
@@ -43,14 +44,15 @@ fn ended_mark(p: &Published) -> String {
     }
 }
 
-fn print(p: &Published, a: &StatArgs) {
+fn print(out: &mut String, p: &Published, a: &StatArgs) {
     let d = &p.stats;
     let mark = if p.live {
         String::new()
     } else {
         format!(" {}", ended_mark(p))
     };
-    println!(
+    let _ = writeln!(
+        out,
         "link {}/1 pid {} addr {}{mark} {}",
         d.device,
         d.pid,
@@ -58,7 +60,8 @@ fn print(p: &Published, a: &StatArgs) {
         fields(&d.counters, a.all)
     );
     for p in &d.processes {
-        println!(
+        let _ = writeln!(
+            out,
             "  process {} ({}): {} PD, {} MR, {} CQ, {} QP, {} SRQ",
             p.pid,
             p.command,
@@ -72,7 +75,8 @@ fn print(p: &Published, a: &StatArgs) {
     if a.qp {
         for q in &d.qps {
             let owner = q.pid.map(|p| format!(" pid {p}")).unwrap_or_default();
-            println!(
+            let _ = writeln!(
+                out,
                 "  qp {}{owner} state {:?} {}",
                 q.qpn,
                 q.state,
@@ -82,31 +86,42 @@ fn print(p: &Published, a: &StatArgs) {
     }
 }
 
+/// Write the report; a reader that stopped reading (`urdma stat | head`)
+/// is not an error.
+fn emit(text: &str) -> Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
 /// Run `urdma stat`.
 pub fn run(a: &StatArgs) -> Result<()> {
     let devs = read_all();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&devs)?);
-        return Ok(());
+        return emit(&(serde_json::to_string_pretty(&devs)? + "\n"));
     }
+    let mut out = String::new();
     let (live, ended): (Vec<&Published>, Vec<&Published>) = devs.iter().partition(|p| p.live);
     if live.is_empty() {
-        println!(
+        let _ = writeln!(
+            out,
             "no urdma device is open in any process (open devices publish their counters in {})",
             stats_dir().display()
         );
     }
     for p in &live {
-        print(p, a);
+        print(&mut out, p, a);
     }
     if !ended.is_empty() {
         if !live.is_empty() {
-            println!();
+            out.push('\n');
         }
-        println!("last counters of devices no longer open:");
+        out.push_str("last counters of devices no longer open:\n");
         for p in &ended {
-            print(p, a);
+            print(&mut out, p, a);
         }
     }
-    Ok(())
+    emit(&out)
 }
