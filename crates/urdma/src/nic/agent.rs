@@ -212,6 +212,7 @@ fn answer(conn: &OwnedFd, a: &proto::Response) -> std::io::Result<()> {
 /// `AddrInUse` when another agent already serves this namespace.
 pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
     let listener = channel::listen(&opts.name)?;
+    channel::raise_fd_limit();
     tracing::info!(name = opts.name, "NIC agent listening");
     let nic = Arc::new(Nic::default());
     let me = nix::unistd::getuid().as_raw();
@@ -235,7 +236,12 @@ pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
                         tracing::warn!(error = %e, "driver refused");
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "accept failed"),
+                Err(e) => {
+                    // Out of descriptors: the listener stays readable, so
+                    // wait instead of spinning on it.
+                    tracing::warn!(error = %e, "accept failed");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
             }
         }
         let busy = nic.sessions.load(Ordering::Acquire) > 0;
@@ -255,33 +261,70 @@ fn start_session(nic: &Arc<Nic>, conn: OwnedFd, me: u32) -> std::io::Result<()> 
             format!("driver of user {uid} refused by the agent of user {me}"),
         ));
     }
-    nic.sessions.fetch_add(1, Ordering::AcqRel);
-    let nic = nic.clone();
-    let spawned = std::thread::Builder::new()
+    let count = SessionCount::new(nic.clone());
+    std::thread::Builder::new()
         .name(format!("urdma-session-{pid}"))
         .spawn(move || {
-            serve(&nic, conn, pid);
-            nic.sessions.fetch_sub(1, Ordering::AcqRel);
-        });
-    spawned.map(|_| ())
+            serve(&count.0, conn, pid);
+            drop(count);
+        })
+        .map(|_| ())
+}
+
+/// One live session in the count the agent lingers on; dropped when the
+/// session's thread ends, however it ends.
+struct SessionCount(Arc<Nic>);
+
+impl SessionCount {
+    fn new(nic: Arc<Nic>) -> Self {
+        nic.sessions.fetch_add(1, Ordering::AcqRel);
+        SessionCount(nic)
+    }
+}
+
+impl Drop for SessionCount {
+    fn drop(&mut self) {
+        self.0.sessions.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A session that is torn down when dropped, even by a panic in its thread.
+struct OpenSession<'a> {
+    nic: &'a Nic,
+    session: Session,
+}
+
+impl Drop for OpenSession<'_> {
+    fn drop(&mut self) {
+        if let Some(d) = self.session.close() {
+            self.nic.release(d);
+        }
+        channel::release_free_memory();
+    }
 }
 
 /// Serve one driver until it closes (or dies), then tear its objects down.
 fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
-    let mut buf = Vec::new();
+    let mut buf = channel::MsgBuf::default();
     let mut fds = Vec::new();
     // Hello: the memory file and the event socket.
     let hello = channel::recv(&conn, &mut buf, &mut fds).and_then(|open| {
         let req: Request = if open {
-            proto::decode(&buf)?
+            proto::decode(buf.bytes())?
         } else {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         };
         match req {
             Request::Hello { version } if version == proto::VERSION && fds.len() == 2 => {
                 let events = fds.pop().expect("two descriptors");
-                let mem = std::fs::File::from(fds.pop().expect("two descriptors"));
-                Ok((mem, events))
+                let mem = fds.pop().expect("two descriptors");
+                if !channel::is_proc_file(&mem) {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "the memory descriptor is not a process's memory file",
+                    ));
+                }
+                Ok((std::fs::File::from(mem), events))
             }
             Request::Hello { version } => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -307,7 +350,11 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
     }
     static NEXT_SESSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
-    let mut session = Session::new(id, pid, mem, events);
+    let mut open = OpenSession {
+        nic,
+        session: Session::new(id, pid, mem, events),
+    };
+    let session = &mut open.session;
     tracing::debug!(pid, "session opened");
     loop {
         fds.clear();
@@ -319,7 +366,7 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
                 break;
             }
         }
-        let req = match proto::decode::<Request>(&buf) {
+        let req = match proto::decode::<Request>(buf.bytes()) {
             Ok(req) => req,
             Err(e) => {
                 let a: proto::Response = Err(proto::WireError::from(&Error::inval(format!(
@@ -346,7 +393,7 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
         while posts.len() < MAX_POST_BATCH {
             fds.clear();
             match channel::try_recv(&conn, &mut buf, &mut fds) {
-                Ok(true) => match proto::decode::<Request>(&buf) {
+                Ok(true) => match proto::decode::<Request>(buf.bytes()) {
                     Ok(r) if r.is_post() => posts.push(r),
                     Ok(r) => {
                         next = Some(r);
@@ -372,7 +419,5 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
             }
         }
     }
-    if let Some(d) = session.close() {
-        nic.release(d);
-    }
+    drop(open);
 }

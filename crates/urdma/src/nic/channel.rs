@@ -73,6 +73,52 @@ pub fn pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     .map_err(io)
 }
 
+/// True if `fd` is a file of the proc filesystem (a process's memory
+/// file), which answers at once: never a file of a FUSE server or a
+/// pipe a client could leave the agent waiting on.
+pub fn is_proc_file(fd: &impl AsFd) -> bool {
+    use nix::sys::statfs::{fstatfs, PROC_SUPER_MAGIC};
+    fstatfs(fd).is_ok_and(|s| s.filesystem_type() == PROC_SUPER_MAGIC)
+}
+
+/// True if `fd` is a regular file on a local filesystem (not FUSE or NFS,
+/// whose writes can wait on another process or the network).
+pub fn is_local_file(fd: &impl AsFd) -> bool {
+    use nix::sys::statfs::{fstatfs, FUSE_SUPER_MAGIC, NFS_SUPER_MAGIC};
+    let regular = nix::sys::stat::fstat(fd.as_fd().as_raw_fd())
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
+    let local = fstatfs(fd).is_ok_and(|s| {
+        let t = s.filesystem_type();
+        t != FUSE_SUPER_MAGIC && t != NFS_SUPER_MAGIC
+    });
+    regular && local
+}
+
+/// Raise this process's limit of open descriptors to the hard limit
+/// (each CQ ring and shared MR of a client holds one in the agent).
+pub fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}
+
+/// Give the memory the allocator keeps free back to the system (a
+/// session's thread leaves its buffers in an arena of its own).
+pub fn release_free_memory() {
+    // SAFETY: malloc_trim has no preconditions; it only returns free
+    // memory of the C allocator to the kernel.
+    unsafe { libc::malloc_trim(0) };
+}
+
+/// Ask for a send buffer of `bytes` on `fd` (the kernel may grant less):
+/// room for many small messages to a peer that reads them late.
+pub fn grow_send_buffer(fd: &impl AsFd, bytes: usize) {
+    let _ = socket::setsockopt(fd, sockopt::SndBuf, &bytes);
+}
+
 /// Process id and user id of the process at the other end.
 pub fn peer(fd: &impl AsFd) -> std::io::Result<(u32, u32)> {
     let c = socket::getsockopt(fd, sockopt::PeerCredentials).map_err(io)?;
@@ -112,16 +158,30 @@ fn send_flags(
     }
 }
 
-/// Receive one message into `buf` (resized to the message), taking the
-/// descriptors it carries into `fds`. Ok(false): the peer closed.
-pub fn recv(fd: &impl AsRawFd, buf: &mut Vec<u8>, fds: &mut Vec<OwnedFd>) -> std::io::Result<bool> {
+/// A buffer for one received message, allocated (and zeroed) once.
+#[derive(Debug, Default)]
+pub struct MsgBuf {
+    data: Vec<u8>,
+    len: usize,
+}
+
+impl MsgBuf {
+    /// The last message received.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[..self.len]
+    }
+}
+
+/// Receive one message into `buf`, taking the descriptors it carries into
+/// `fds`. Ok(false): the peer closed.
+pub fn recv(fd: &impl AsRawFd, buf: &mut MsgBuf, fds: &mut Vec<OwnedFd>) -> std::io::Result<bool> {
     recv_flags(fd, buf, fds, MsgFlags::MSG_CMSG_CLOEXEC)
 }
 
 /// As [`recv`], but only a message already waiting (else `WouldBlock`).
 pub fn try_recv(
     fd: &impl AsRawFd,
-    buf: &mut Vec<u8>,
+    buf: &mut MsgBuf,
     fds: &mut Vec<OwnedFd>,
 ) -> std::io::Result<bool> {
     recv_flags(
@@ -134,11 +194,15 @@ pub fn try_recv(
 
 fn recv_flags(
     fd: &impl AsRawFd,
-    buf: &mut Vec<u8>,
+    msg_buf: &mut MsgBuf,
     fds: &mut Vec<OwnedFd>,
     flags: MsgFlags,
 ) -> std::io::Result<bool> {
-    buf.resize(super::proto::MAX_MESSAGE + 1, 0);
+    msg_buf.len = 0;
+    if msg_buf.data.len() <= super::proto::MAX_MESSAGE {
+        msg_buf.data.resize(super::proto::MAX_MESSAGE + 1, 0);
+    }
+    let buf = &mut msg_buf.data;
     let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);
     loop {
         let mut iov = [IoSliceMut::new(buf)];
@@ -171,10 +235,9 @@ fn recv_flags(
         }
         if n == 0 {
             // A zero-length message is never sent: the peer closed.
-            buf.clear();
             return Ok(false);
         }
-        buf.truncate(n);
+        msg_buf.len = n;
         return Ok(true);
     }
 }
@@ -188,10 +251,10 @@ mod tests {
         let (a, b) = pair().unwrap();
         let (x, _y) = pair().unwrap();
         send(&a, b"hello", &[x.as_raw_fd()]).unwrap();
-        let mut buf = Vec::new();
+        let mut buf = MsgBuf::default();
         let mut fds = Vec::new();
         assert!(recv(&b, &mut buf, &mut fds).unwrap());
-        assert_eq!(buf, b"hello");
+        assert_eq!(buf.bytes(), b"hello");
         assert_eq!(fds.len(), 1);
         let (pid, uid) = peer(&b).unwrap();
         assert_eq!(pid, std::process::id());
@@ -208,8 +271,8 @@ mod tests {
         let c = connect(&name).unwrap();
         let s = accept(&l).unwrap();
         send(&c, b"x", &[]).unwrap();
-        let mut buf = Vec::new();
+        let mut buf = MsgBuf::default();
         assert!(recv(&s, &mut buf, &mut Vec::new()).unwrap());
-        assert_eq!(buf, b"x");
+        assert_eq!(buf.bytes(), b"x");
     }
 }

@@ -29,7 +29,7 @@ struct QpMirror {
 
 struct Channel {
     fd: OwnedFd,
-    buf: Vec<u8>,
+    buf: channel::MsgBuf,
 }
 
 /// A driver's session with the NIC agent for one device.
@@ -72,6 +72,24 @@ impl AgentLink {
     /// Open the device `name` on `addr`:`port` through the NIC agent,
     /// starting the agent if none runs. `ud_max` is the port MTU in bytes.
     pub fn open(name: &str, addr: std::net::IpAddr, port: u16, ud_max: usize) -> Result<Self> {
+        match Self::open_once(name, addr, port, ud_max) {
+            // An agent that was exiting (idle) as this program connected
+            // closes the session at once: the next attempt starts another.
+            Err(Error::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                Self::open_once(name, addr, port, ud_max)
+            }
+            r => r,
+        }
+    }
+
+    fn open_once(name: &str, addr: std::net::IpAddr, port: u16, ud_max: usize) -> Result<Self> {
         let fd = spawn::connect_or_start()?;
         let (events_mine, events_theirs) = channel::pair()?;
         let mem = std::fs::OpenOptions::new()
@@ -85,7 +103,7 @@ impl AgentLink {
         drop((mem, events_theirs));
         let mut chan = Channel {
             fd,
-            buf: Vec::new(),
+            buf: channel::MsgBuf::default(),
         };
         answer(&mut chan)?;
         let local = match ask(
@@ -456,18 +474,18 @@ fn answer(chan: &mut Channel) -> Result<Value> {
             "the urdma NIC agent closed the session",
         ));
     }
-    let r: proto::Response = proto::decode(&chan.buf)?;
+    let r: proto::Response = proto::decode(chan.buf.bytes())?;
     r.map_err(Error::from)
 }
 
 /// Deliver the agent's events: CQ notifications to the CQ's notifier,
 /// asynchronous events to the queue. Ends when the agent closes the socket.
 fn event_loop(fd: OwnedFd, events: &EventQueue, cqs: &Mutex<HashMap<u32, Weak<CqShared>>>) {
-    let mut buf = Vec::new();
+    let mut buf = channel::MsgBuf::default();
     let mut fds = Vec::new();
     while let Ok(true) = channel::recv(&fd, &mut buf, &mut fds) {
         fds.clear();
-        match proto::decode::<Event>(&buf) {
+        match proto::decode::<Event>(buf.bytes()) {
             Ok(Event::CqFired(cqn)) => {
                 let cq = cqs
                     .lock()

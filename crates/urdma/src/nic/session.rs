@@ -20,12 +20,22 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+/// CQ numbers a session may hold reserved before it creates the CQs.
+const MAX_RESERVED_CQS: usize = 16;
+
 /// Where a session's events go.
 pub struct EventSink {
     fd: OwnedFd,
 }
 
 impl EventSink {
+    /// Events to the driver at the other end of `fd`.
+    pub fn new(fd: OwnedFd) -> Self {
+        // Room for thousands of events of a driver that reads them late.
+        channel::grow_send_buffer(&fd, 4 << 20);
+        EventSink { fd }
+    }
+
     /// Send an event; one the driver has no room for is dropped and logged.
     pub fn send(&self, ev: &Event) {
         let sent = proto::encode(ev).and_then(|m| channel::try_send(&self.fd, &m));
@@ -76,7 +86,7 @@ impl Session {
             pid,
             command,
             mem: Arc::new(mem),
-            events: Arc::new(EventSink { fd: events }),
+            events: Arc::new(EventSink::new(events)),
             device: None,
             pds: HashSet::new(),
             mrs: HashMap::new(),
@@ -206,6 +216,9 @@ impl Session {
                 Value::Done
             }
             R::ReserveCq => {
+                if self.reserved_cqs.len() >= MAX_RESERVED_CQS {
+                    return Err(Error::Exhausted("CQ numbers reserved and not used".into()));
+                }
                 let cqn = dev.reserve_cqn();
                 self.reserved_cqs.insert(cqn);
                 Value::Number(cqn)
