@@ -6,9 +6,12 @@
 //! foreign (memory of a C caller, registered by address and length), or
 //! memory of another process: the NIC agent reaches a client's registered
 //! memory through the client's own `/proc/self/mem`, which the client opens
-//! and hands over when it connects (see [`MemRegion::in_process`]). Access
-//! from the engine and from the safe API is serialised by a lock, so a safe
-//! Rust program never observes a torn copy.
+//! and hands over when it connects (see [`MemRegion::in_process`]), or
+//! shared memory both map ([`MemRegion::allocate_shared`]). Within one
+//! process, access from the engine and from the safe API is serialised by
+//! a lock, so a safe Rust program on a NIC inside it never observes a torn
+//! copy; across processes (the NIC agent writing a region the program
+//! reads) only the bytes are shared, as with a hardware NIC's DMA.
 
 use std::alloc::{self, Layout};
 use std::fs::File;

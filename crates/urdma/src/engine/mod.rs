@@ -21,7 +21,9 @@ mod tx;
 pub(crate) mod wqe;
 
 pub use counters::{Counter, Counters};
-pub use objects::{check_send_request, RecvRequest, SendData, SendLimits, SendRequest, SgEntry};
+pub use objects::{
+    check_recv_request, check_send_request, RecvRequest, SendData, SendLimits, SendRequest, SgEntry,
+};
 pub use srq::SrqAttr;
 pub use wqe::{SendOp, UdDest};
 

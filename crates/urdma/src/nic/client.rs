@@ -6,7 +6,7 @@ use super::proto::{self, Event, Request, Value};
 use super::{channel, spawn};
 use crate::cq::CqShared;
 use crate::engine::command::{Command, Reply};
-use crate::engine::{check_send_request, RecvRequest, SendLimits, SendRequest};
+use crate::engine::{check_recv_request, check_send_request, RecvRequest, SendLimits, SendRequest};
 use crate::error::{Error, Result};
 use crate::fabric::events::EventQueue;
 use crate::mr::MrEntry;
@@ -241,53 +241,56 @@ impl AgentLink {
             max_rd_atomic: q.max_rd_atomic,
             ud_max: self.ud_max,
         };
-        let mut wrs = wrs;
-        let bad = wrs
-            .iter()
-            .enumerate()
-            .find_map(|(i, w)| check_send_request(&limits, w).err().map(|e| (i, e)));
-        if let Some((i, _)) = bad {
-            wrs.truncate(i);
-        }
-        if !wrs.is_empty() {
-            self.post(&Request::PostSend { qpn, wrs })
-                .map_err(|e| (0, e))?;
-        }
-        bad.map_or(Ok(()), Err)
+        self.post_checked(
+            wrs,
+            |w| check_send_request(&limits, w).map(|_| ()),
+            |wrs| Request::PostSend { qpn, wrs },
+        )
     }
 
-    /// Post receive WRs to a QP (`srq` false) or an SRQ.
+    /// Post receive WRs to a QP (`srq` false) or an SRQ (whose own limits
+    /// the NIC checks).
     pub fn post_recvs(
         &self,
         n: u32,
         srq: bool,
         wrs: Vec<RecvRequest>,
     ) -> std::result::Result<(), (usize, Error)> {
-        if !srq {
-            let q = self.mirror(n).map_err(|e| (0, e))?;
-            if q.state == QpState::Reset {
-                return Err((0, Error::WrongState(q.state)));
-            }
-            if let Some(i) = wrs
-                .iter()
-                .position(|w| w.sges.len() > q.cap.max_recv_sge as usize)
-            {
-                let e = Error::inval("more SGEs than max_recv_sge");
-                let mut wrs = wrs;
-                wrs.truncate(i);
-                if !wrs.is_empty() {
-                    self.post(&Request::PostRecv { qpn: n, wrs })
-                        .map_err(|e| (0, e))?;
-                }
-                return Err((i, e));
-            }
+        if srq {
+            return self
+                .post(&Request::PostSrqRecv { srqn: n, wrs })
+                .map_err(|e| (0, e));
         }
-        let req = if srq {
-            Request::PostSrqRecv { srqn: n, wrs }
-        } else {
-            Request::PostRecv { qpn: n, wrs }
-        };
-        self.post(&req).map_err(|e| (0, e))
+        let q = self.mirror(n).map_err(|e| (0, e))?;
+        if q.state == QpState::Reset {
+            return Err((0, Error::WrongState(q.state)));
+        }
+        self.post_checked(
+            wrs,
+            |w| check_recv_request(&q.cap, w),
+            |wrs| Request::PostRecv { qpn: n, wrs },
+        )
+    }
+
+    /// Post the WRs before the first one `check` refuses, in one message;
+    /// Err((i, e)): the `i`th was refused for `e`.
+    fn post_checked<T>(
+        &self,
+        mut wrs: Vec<T>,
+        check: impl Fn(&T) -> Result<()>,
+        request: impl FnOnce(Vec<T>) -> Request,
+    ) -> std::result::Result<(), (usize, Error)> {
+        let bad = wrs
+            .iter()
+            .enumerate()
+            .find_map(|(i, w)| check(w).err().map(|e| (i, e)));
+        if let Some((i, _)) = bad {
+            wrs.truncate(i);
+        }
+        if !wrs.is_empty() {
+            self.post(&request(wrs)).map_err(|e| (0, e))?;
+        }
+        bad.map_or(Ok(()), Err)
     }
 
     /// Run an engine command at the NIC.

@@ -45,6 +45,17 @@ pub enum Link {
 /// A post that stopped at a work request: how many went before it, and why.
 pub type PostError = (usize, crate::Error);
 
+/// Post each WR in order with `post`, stopping at the first refused.
+fn post_each<T>(
+    wrs: Vec<T>,
+    mut post: impl FnMut(T) -> Result<()>,
+) -> std::result::Result<(), PostError> {
+    for (i, wr) in wrs.into_iter().enumerate() {
+        post(wr).map_err(|err| (i, err))?;
+    }
+    Ok(())
+}
+
 impl Link {
     /// Run an engine command.
     pub fn execute(&self, cmd: Command) -> Result<Reply> {
@@ -62,11 +73,9 @@ impl Link {
     ) -> std::result::Result<(), PostError> {
         match self {
             Link::Embedded(d) => d.with_engine(|e, now| {
-                for (i, wr) in wrs.into_iter().enumerate() {
+                post_each(wrs, |wr| {
                     e.call(now, crate::engine::command::PostSend { qpn, wr })
-                        .map_err(|err| (i, err))?;
-                }
-                Ok(())
+                })
             }),
             Link::Agent(a) => a.post_sends(qpn, wrs),
         }
@@ -82,15 +91,10 @@ impl Link {
         use crate::engine::command::{PostRecv, PostSrqRecv};
         match self {
             Link::Embedded(d) => d.with_engine(|e, now| {
-                for (i, wr) in wrs.into_iter().enumerate() {
-                    let r = if srq {
-                        e.call(now, PostSrqRecv { srqn: n, wr })
-                    } else {
-                        e.call(now, PostRecv { qpn: n, wr })
-                    };
-                    r.map_err(|err| (i, err))?;
-                }
-                Ok(())
+                post_each(wrs, |wr| match srq {
+                    true => e.call(now, PostSrqRecv { srqn: n, wr }),
+                    false => e.call(now, PostRecv { qpn: n, wr }),
+                })
             }),
             Link::Agent(a) => a.post_recvs(n, srq, wrs),
         }

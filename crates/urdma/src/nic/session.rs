@@ -335,8 +335,7 @@ impl Session {
                 Value::Done
             }
             R::PostSend { .. } | R::PostRecv { .. } | R::PostSrqRecv { .. } => {
-                self.handle_posts(vec![req]);
-                Value::Done
+                return Err(Error::inval("posts run through handle_posts"))
             }
             R::Capture { limit } => {
                 let fd = fds

@@ -302,13 +302,7 @@ impl Engine {
         if qp.state() == QpState::Reset {
             return Err(Error::WrongState(QpState::Reset));
         }
-        if wr.sges.len() > qp.cap.max_recv_sge as usize {
-            return Err(Error::inval(format!(
-                "{} SGEs above max_recv_sge {}",
-                wr.sges.len(),
-                qp.cap.max_recv_sge
-            )));
-        }
+        check_recv_request(&qp.cap, &wr)?;
         if qp.rq.len() >= qp.cap.max_recv_wr as usize {
             return Err(Error::Exhausted("receive queue full".into()));
         }
@@ -366,12 +360,26 @@ pub struct SendLimits {
     pub ud_max: usize,
 }
 
+/// The check of a receive work request that needs no memory lookup: its
+/// SGE count against the QP's limit. The engine runs it when the request
+/// is posted; a driver of a NIC in another process runs it before.
+pub fn check_recv_request(cap: &crate::verbs::QpCap, wr: &RecvRequest) -> Result<()> {
+    if wr.sges.len() > cap.max_recv_sge as usize {
+        return Err(Error::inval(format!(
+            "{} SGEs above max_recv_sge {}",
+            wr.sges.len(),
+            cap.max_recv_sge
+        )));
+    }
+    Ok(())
+}
+
 /// The checks of a send work request that need no memory lookup: what
 /// the transport allows, inline and SGE limits, message and atomic sizes.
 /// The engine runs them when the request is posted; a driver of a NIC in
 /// another process runs them before it posts, so that such errors reach
-/// the caller of `ibv_post_send`.
-pub fn check_send_request(q: &SendLimits, wr: &SendRequest) -> Result<()> {
+/// the caller of `ibv_post_send`. Answers the message length.
+pub fn check_send_request(q: &SendLimits, wr: &SendRequest) -> Result<usize> {
     let op = wr.op;
     match q.qp_type {
         QpType::Uc if op.is_read_or_atomic() => {
@@ -423,7 +431,7 @@ pub fn check_send_request(q: &SendLimits, wr: &SendRequest) -> Result<()> {
     if q.qp_type == QpType::Ud && len > q.ud_max as u64 {
         return Err(Error::inval("UD message larger than the path MTU"));
     }
-    Ok(())
+    Ok(len as usize)
 }
 
 fn build_send_wqe(qp: &QpCtx, mrs: &MrTable, wr: SendRequest) -> Result<SendWqe> {
@@ -433,32 +441,22 @@ fn build_send_wqe(qp: &QpCtx, mrs: &MrTable, wr: SendRequest) -> Result<SendWqe>
         max_rd_atomic: qp.attr.max_rd_atomic,
         ud_max: qp.mtu(),
     };
-    check_send_request(&limits, &wr)?;
+    let len = check_send_request(&limits, &wr)?;
     let op = wr.op;
     let need = if op.is_read_or_atomic() {
         AccessFlags::LOCAL_WRITE
     } else {
         AccessFlags::empty()
     };
-    let (payload, len, local_error) = match wr.data {
-        SendData::Inline(bytes) => {
-            let n = bytes.len();
-            (Payload::Inline(bytes), n, None)
-        }
-        SendData::Sges(list) => {
-            let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
-            match resolve_sges(mrs, qp.pd, &list, need) {
-                Ok(sges) => (Payload::Sges(sges), total as usize, None),
-                Err(why) => {
-                    tracing::debug!(qpn = qp.qpn, why, "send WR with a bad local buffer");
-                    (
-                        Payload::Sges(Vec::new()),
-                        total as usize,
-                        Some(WcStatus::LocProtErr),
-                    )
-                }
+    let (payload, local_error) = match wr.data {
+        SendData::Inline(bytes) => (Payload::Inline(bytes), None),
+        SendData::Sges(list) => match resolve_sges(mrs, qp.pd, &list, need) {
+            Ok(sges) => (Payload::Sges(sges), None),
+            Err(why) => {
+                tracing::debug!(qpn = qp.qpn, why, "send WR with a bad local buffer");
+                (Payload::Sges(Vec::new()), Some(WcStatus::LocProtErr))
             }
-        }
+        },
     };
     let mtu = qp.mtu();
     let npsn = match op {
