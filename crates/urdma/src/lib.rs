@@ -43,6 +43,7 @@ pub mod rng;
 pub mod shm;
 pub mod types;
 pub mod verbs;
+pub mod wq;
 
 pub use api::{
     ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, MrSlice, Pd, Qp, QpInitAttr, RecvWr,

@@ -13,6 +13,7 @@ pub(crate) mod psn;
 pub(crate) mod qp;
 mod requester;
 mod responder;
+pub(crate) mod rings;
 #[cfg(test)]
 mod scenario;
 pub(crate) mod srq;
@@ -22,7 +23,8 @@ pub(crate) mod wqe;
 
 pub use counters::{Counter, Counters};
 pub use objects::{
-    check_recv_request, check_send_request, RecvRequest, SendData, SendLimits, SendRequest, SgEntry,
+    check_recv_request, check_recv_sges, check_send_request, RecvRequest, SendData, SendLimits,
+    SendRequest, SgEntry,
 };
 pub use srq::SrqAttr;
 pub use wqe::{SendOp, UdDest};

@@ -139,6 +139,8 @@ pub struct QpCtx {
     pub counters: Counters,
     /// Active MTU of the device's port: the largest path MTU, and UD's.
     pub port_mtu: crate::types::Mtu,
+    /// Work queues in the memory of a driver in another process.
+    pub rings: super::rings::QpRings,
 }
 
 impl QpCtx {
@@ -174,6 +176,7 @@ impl QpCtx {
             resp: RespState::default(),
             counters: Counters::default(),
             port_mtu: crate::types::Mtu::Mtu4096,
+            rings: Default::default(),
         }
     }
 
@@ -280,6 +283,7 @@ impl QpCtx {
             drop(w);
             self.push_wc(cx, wc, true, false);
         }
+        super::rings::flush_rings(self, cx);
     }
 
     /// Back to RESET: drop all queued work without completions.
@@ -288,6 +292,7 @@ impl QpCtx {
         self.timers.stop_all();
         self.resp = RespState::default();
         self.rq.clear();
+        super::rings::discard(&self.rings);
         self.remote = None;
         let cap = self.cap;
         self.attr = QpAttr {

@@ -18,6 +18,7 @@ pub const READ_CHUNK: u32 = 64;
 
 /// Transmit what the window allows. Called after every input.
 pub fn pump(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+    super::rings::pull_sends(qp, cx);
     match qp.qp_type {
         QpType::Ud => pump_ud(qp, cx),
         QpType::Rc | QpType::Uc => pump_connected(qp, cx),

@@ -1,12 +1,14 @@
 //! Shared receive queues: one pool of receive WQEs for several QPs.
 
-use super::objects::{resolve_sges, RecvRequest};
+use super::objects::{build_recv_wqe, RecvRequest};
 use super::qp::QpCtx;
 use super::wqe::RecvWqe;
-use super::{Ctx, Engine};
+use super::{rings, Ctx, Engine};
 use crate::error::{Error, Result};
-use crate::types::{AccessFlags, AsyncEventKind};
+use crate::types::AsyncEventKind;
+use crate::wq::WorkRing;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// A shared receive queue.
 #[derive(Debug)]
@@ -21,6 +23,8 @@ pub struct SrqCtx {
     pub limit: u32,
     /// Posted WQEs.
     pub rq: VecDeque<RecvWqe>,
+    /// The queue in the memory of a driver in another process.
+    pub ring: Option<Arc<WorkRing>>,
 }
 
 /// Attributes of an SRQ (`ibv_srq_attr`).
@@ -37,14 +41,20 @@ pub struct SrqAttr {
 /// Take the next receive WQE of `qp` (from its SRQ if it has one).
 pub fn pop_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Option<RecvWqe> {
     let Some(n) = qp.srq else {
-        return qp.rq.pop_front();
+        return qp.rq.pop_front().or_else(|| rings::take_recv(qp, cx));
     };
     let srq = cx.srqs.get_mut(&n)?;
-    let w = srq.rq.pop_front();
-    if srq.limit != 0 && (srq.rq.len() as u32) < srq.limit {
+    let mut refused = Vec::new();
+    let w = srq.rq.pop_front().or_else(|| {
+        let ring = srq.ring.as_ref()?;
+        rings::take_recv_from(ring, srq.max_sge, srq.pd, cx.mrs, &mut refused)
+    });
+    let waiting = srq.rq.len() as u64 + srq.ring.as_ref().map_or(0, |r| r.pending().unwrap_or(0));
+    if srq.limit != 0 && waiting < u64::from(srq.limit) {
         srq.limit = 0;
         cx.event(AsyncEventKind::SrqLimitReached, n);
     }
+    rings::complete_refused(qp, cx, refused);
     w
 }
 
@@ -76,6 +86,7 @@ impl Engine {
                 max_sge: attr.max_sge.max(1),
                 limit: 0,
                 rq: VecDeque::new(),
+                ring: None,
             },
         );
         Ok(srqn)
@@ -134,24 +145,11 @@ impl Engine {
             .srqs
             .get_mut(&srqn)
             .ok_or_else(|| Error::NotFound(format!("srq {srqn}")))?;
-        if wr.sges.len() > srq.max_sge as usize {
-            return Err(Error::inval(format!(
-                "{} SGEs above max_sge {}",
-                wr.sges.len(),
-                srq.max_sge
-            )));
-        }
         if srq.rq.len() >= srq.max_wr as usize {
             return Err(Error::Exhausted("shared receive queue full".into()));
         }
-        let sges = resolve_sges(&self.mrs, srq.pd, &wr.sges, AccessFlags::LOCAL_WRITE)
-            .map_err(|e| Error::inval(format!("receive buffer: {e}")))?;
-        let len = crate::mr::total_len(&sges);
-        srq.rq.push_back(RecvWqe {
-            wr_id: wr.wr_id,
-            sges,
-            len,
-        });
+        let wqe = build_recv_wqe(srq.max_sge, srq.pd, &self.mrs, wr)?;
+        srq.rq.push_back(wqe);
         Ok(())
     }
 }

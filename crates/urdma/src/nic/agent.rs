@@ -386,7 +386,7 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
             }
             continue;
         }
-        // Posts already waiting behind this one run with it, under one
+        // Doorbells already waiting behind this one run with it, under one
         // engine lock; the first other request waits for them.
         let mut posts = vec![req];
         let mut next = None;
@@ -410,7 +410,7 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
                 _ => break,
             }
         }
-        session.handle_posts(posts);
+        session.handle_doorbells(posts);
         if let Some(r) = next {
             if let Some(a) = session.handle(nic, r, &mut fds) {
                 if answer(&conn, &a).is_err() {

@@ -6,25 +6,37 @@ use super::proto::{self, Event, Request, Value};
 use super::{channel, spawn};
 use crate::cq::CqShared;
 use crate::engine::command::{Command, Reply};
-use crate::engine::{check_recv_request, check_send_request, RecvRequest, SendLimits, SendRequest};
+use crate::engine::{
+    check_recv_request, check_recv_sges, check_send_request, RecvRequest, SendLimits, SendRequest,
+};
 use crate::error::{Error, Result};
 use crate::fabric::events::EventQueue;
 use crate::mr::MrEntry;
 use crate::types::{QpAttrMask, QpState, QpType};
 use crate::verbs::QpCap;
+use crate::wq::{self, PushError, WorkRing};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
-/// What the driver knows of one of its QPs.
-#[derive(Debug, Clone, Copy)]
+/// What the driver knows of one of its QPs, and its work queues.
+#[derive(Debug, Clone)]
 struct QpMirror {
     qp_type: QpType,
     cap: QpCap,
     state: QpState,
     max_rd_atomic: u8,
+    sq: Arc<WorkRing>,
+    rq: Option<Arc<WorkRing>>,
+}
+
+/// An SRQ's limit and work queue.
+#[derive(Debug, Clone)]
+struct SrqMirror {
+    max_sge: u32,
+    ring: Arc<WorkRing>,
 }
 
 struct Channel {
@@ -38,6 +50,7 @@ pub struct AgentLink {
     local: SocketAddr,
     ud_max: usize,
     qps: Mutex<HashMap<u32, QpMirror>>,
+    srqs: Mutex<HashMap<u32, SrqMirror>>,
     mrs: Mutex<HashMap<u32, Arc<MrEntry>>>,
     cqs: Arc<Mutex<HashMap<u32, Weak<CqShared>>>>,
     /// Asynchronous events of the driver's objects.
@@ -140,6 +153,7 @@ impl AgentLink {
             local,
             ud_max,
             qps: Mutex::new(HashMap::new()),
+            srqs: Mutex::new(HashMap::new()),
             mrs: Mutex::new(HashMap::new()),
             cqs,
             events,
@@ -160,8 +174,9 @@ impl AgentLink {
         ask(chan, req, fds)
     }
 
-    fn post(&self, req: &Request) -> Result<()> {
-        let msg = proto::encode(req)?;
+    /// Tell the NIC of new work in an idle QP's rings.
+    fn ring_doorbell(&self, qpn: u32) -> Result<()> {
+        let msg = proto::encode(&Request::Doorbell { qpn })?;
         let g = self.chan.lock().unwrap_or_else(|e| e.into_inner());
         let chan = g
             .as_ref()
@@ -219,13 +234,13 @@ impl AgentLink {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&qpn)
-            .copied()
+            .cloned()
             .ok_or_else(|| Error::NotFound(format!("QP {qpn}")))
     }
 
     /// Post send WRs: each is checked here as the engine would check it,
-    /// then all that pass go to the NIC in one message. Ok(n): all
-    /// posted; Err((i, e)): the first `i` were posted, the `i`th refused.
+    /// then written into the QP's send queue. Ok: all posted; Err((i, e)):
+    /// the first `i` were posted, the `i`th refused.
     pub fn post_sends(
         &self,
         qpn: u32,
@@ -241,15 +256,12 @@ impl AgentLink {
             max_rd_atomic: q.max_rd_atomic,
             ud_max: self.ud_max,
         };
-        self.post_checked(
-            wrs,
-            |w| check_send_request(&limits, w).map(|_| ()),
-            |wrs| Request::PostSend { qpn, wrs },
-        )
+        self.post_to(qpn, &q.sq, &wrs, |w| {
+            check_send_request(&limits, w).map(|_| ())
+        })
     }
 
-    /// Post receive WRs to a QP (`srq` false) or an SRQ (whose own limits
-    /// the NIC checks).
+    /// Post receive WRs to a QP (`srq` false) or an SRQ.
     pub fn post_recvs(
         &self,
         n: u32,
@@ -257,40 +269,60 @@ impl AgentLink {
         wrs: Vec<RecvRequest>,
     ) -> std::result::Result<(), (usize, Error)> {
         if srq {
-            return self
-                .post(&Request::PostSrqRecv { srqn: n, wrs })
-                .map_err(|e| (0, e));
+            let s = self
+                .srqs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&n)
+                .cloned()
+                .ok_or_else(|| (0, Error::NotFound(format!("SRQ {n}"))))?;
+            // An SRQ is never idle in a way a doorbell would end.
+            return self.post_to(0, &s.ring, &wrs, |w| check_recv_sges(w, s.max_sge));
         }
         let q = self.mirror(n).map_err(|e| (0, e))?;
         if q.state == QpState::Reset {
             return Err((0, Error::WrongState(q.state)));
         }
-        self.post_checked(
-            wrs,
-            |w| check_recv_request(&q.cap, w),
-            |wrs| Request::PostRecv { qpn: n, wrs },
-        )
+        let rq = q.rq.as_ref().ok_or_else(|| {
+            (
+                0,
+                Error::inval("the QP takes receive requests from its SRQ"),
+            )
+        })?;
+        self.post_to(n, rq, &wrs, |w| check_recv_request(&q.cap, w))
     }
 
-    /// Post the WRs before the first one `check` refuses, in one message;
-    /// Err((i, e)): the `i`th was refused for `e`.
-    fn post_checked<T>(
+    /// Write the WRs into `ring` up to the first one `check` refuses or the
+    /// ring has no room for, then ring QP `qpn`'s doorbell if the NIC asked
+    /// for it. Err((i, e)): the `i`th was refused for `e`.
+    fn post_to<T: serde::Serialize>(
         &self,
-        mut wrs: Vec<T>,
+        qpn: u32,
+        ring: &WorkRing,
+        wrs: &[T],
         check: impl Fn(&T) -> Result<()>,
-        request: impl FnOnce(Vec<T>) -> Request,
     ) -> std::result::Result<(), (usize, Error)> {
-        let bad = wrs
-            .iter()
-            .enumerate()
-            .find_map(|(i, w)| check(w).err().map(|e| (i, e)));
-        if let Some((i, _)) = bad {
-            wrs.truncate(i);
+        let mut bell = false;
+        let mut refused = None;
+        for (i, wr) in wrs.iter().enumerate() {
+            let pushed = check(wr).and_then(|()| {
+                ring.push(wr).map_err(|e| match e {
+                    PushError::Full => Error::Exhausted(e.to_string()),
+                    PushError::TooLarge => Error::inval(e.to_string()),
+                })
+            });
+            match pushed {
+                Ok(b) => bell |= b,
+                Err(e) => {
+                    refused = Some((i, e));
+                    break;
+                }
+            }
         }
-        if !wrs.is_empty() {
-            self.post(&request(wrs)).map_err(|e| (0, e))?;
+        if bell {
+            self.ring_doorbell(qpn).map_err(|e| (0, e))?;
         }
-        bad.map_or(Ok(()), Err)
+        refused.map_or(Ok(()), Err)
     }
 
     /// Run an engine command at the NIC.
@@ -328,6 +360,22 @@ impl AgentLink {
                 Reply::Mr(entry)
             }
             C::CreateQp(c) => {
+                let sq = WorkRing::new_shared(
+                    c.cap.max_send_wr,
+                    wq::send_slot_len(c.cap.max_send_sge, c.cap.max_inline_data),
+                )?;
+                let rq = match c.srq {
+                    Some(_) => None,
+                    None => Some(WorkRing::new_shared(
+                        c.cap.max_recv_wr,
+                        wq::recv_slot_len(c.cap.max_recv_sge),
+                    )?),
+                };
+                let fds: Vec<_> = [sq.fd(), rq.as_ref().and_then(WorkRing::fd)]
+                    .into_iter()
+                    .flatten()
+                    .map(|f| f.as_raw_fd())
+                    .collect();
                 let req = Request::CreateQp {
                     pd: c.pd,
                     qp_type: c.qp_type,
@@ -337,12 +385,14 @@ impl AgentLink {
                     recv_cq: c.recv_cq.cqn,
                     srq: c.srq,
                 };
-                let qpn = number(self.request(&req, &[])?)?;
+                let qpn = number(self.request(&req, &fds)?)?;
                 let m = QpMirror {
                     qp_type: c.qp_type,
                     cap: c.cap,
                     state: QpState::Reset,
                     max_rd_atomic: 0,
+                    sq: Arc::new(sq),
+                    rq: rq.map(Arc::new),
                 };
                 self.qps
                     .lock()
@@ -390,18 +440,7 @@ impl AgentLink {
                 Value::Flag(f) => Reply::Flag(f),
                 v => return Err(unexpected(v)),
             },
-            C::CreateSrq(c) => {
-                match self.request(
-                    &Request::CreateSrq {
-                        pd: c.pd,
-                        attr: c.attr,
-                    },
-                    &[],
-                )? {
-                    Value::Srq(n, _) => Reply::Number(n),
-                    v => return Err(unexpected(v)),
-                }
-            }
+            C::CreateSrq(c) => Reply::Number(self.create_srq(c.pd, c.attr)?.0),
             C::ModifySrq(c) => done(self.request(
                 &Request::ModifySrq {
                     srqn: c.srqn,
@@ -414,7 +453,14 @@ impl AgentLink {
                 Value::SrqAttr(a) => Reply::SrqAttr(a),
                 v => return Err(unexpected(v)),
             },
-            C::DestroySrq(c) => done(self.request(&Request::DestroySrq { srqn: c.srqn }, &[])?)?,
+            C::DestroySrq(c) => {
+                self.request(&Request::DestroySrq { srqn: c.srqn }, &[])?;
+                self.srqs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&c.srqn);
+                Reply::Done(())
+            }
             C::PostSend(c) => {
                 self.post_sends(c.qpn, vec![c.wr]).map_err(|(_, e)| e)?;
                 Reply::Done(())
@@ -438,8 +484,23 @@ impl AgentLink {
         pd: u32,
         attr: crate::engine::SrqAttr,
     ) -> Result<(u32, crate::engine::SrqAttr)> {
-        match self.request(&Request::CreateSrq { pd, attr }, &[])? {
-            Value::Srq(n, a) => Ok((n, a)),
+        let ring = WorkRing::new_shared(attr.max_wr, wq::recv_slot_len(attr.max_sge))?;
+        let fd = ring
+            .fd()
+            .ok_or_else(|| Error::inval("SRQ ring without a descriptor"))?
+            .as_raw_fd();
+        match self.request(&Request::CreateSrq { pd, attr }, &[fd])? {
+            Value::Srq(n, a) => {
+                let m = SrqMirror {
+                    max_sge: a.max_sge,
+                    ring: Arc::new(ring),
+                };
+                self.srqs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(n, m);
+                Ok((n, a))
+            }
             v => Err(unexpected(v)),
         }
     }

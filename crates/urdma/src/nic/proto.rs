@@ -5,15 +5,17 @@
 //! descriptors: its own `/proc/self/mem` (the agent's only way to its
 //! registered memory) and one end of a socket pair on which the agent sends
 //! [`Event`]s. Then each [`Request`] is answered by one [`Response`], except
-//! the posts ([`Request::PostSend`], [`Request::PostRecv`],
-//! [`Request::PostSrqRecv`]), which are not answered: a driver posts without
-//! waiting for the agent, and completions come back through the CQ rings in
-//! shared memory. A CQ's ring travels with [`Request::CreateCq`] as a third
-//! kind of descriptor. Messages are bincode-encoded; the agent bounds every
+//! [`Request::Doorbell`], which is not answered. Work requests do not travel
+//! on the socket: a driver writes them into work queue rings in shared
+//! memory ([`crate::wq`]) and rings a doorbell only when the NIC asked for
+//! one (the QP had nothing in flight); completions come back through CQ
+//! rings in shared memory. Rings travel as descriptors: a CQ's with
+//! [`Request::CreateCq`], a QP's send and receive queues (the receive queue
+//! only without an SRQ) with [`Request::CreateQp`], an SRQ's with
+//! [`Request::CreateSrq`]. Messages are bincode-encoded; the agent bounds every
 //! message by [`MAX_MESSAGE`] and decodes with that limit.
 
 use crate::engine::srq::SrqAttr;
-use crate::engine::{RecvRequest, SendRequest};
 use crate::error::Error;
 use crate::types::{AccessFlags, AsyncEvent, QpType};
 use crate::verbs::{QpAttr, QpCap};
@@ -23,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Protocol version; a driver and an agent of different versions refuse
 /// each other at [`Request::Hello`].
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 256 << 10;
@@ -154,26 +156,10 @@ pub enum Request {
         /// The SRQ.
         srqn: u32,
     },
-    /// Post send WRs (not answered).
-    PostSend {
+    /// New work in the rings of an idle QP (not answered).
+    Doorbell {
         /// The QP.
         qpn: u32,
-        /// The requests, in order.
-        wrs: Vec<SendRequest>,
-    },
-    /// Post receive WRs (not answered).
-    PostRecv {
-        /// The QP.
-        qpn: u32,
-        /// The requests, in order.
-        wrs: Vec<RecvRequest>,
-    },
-    /// Post receive WRs to an SRQ (not answered).
-    PostSrqRecv {
-        /// The SRQ.
-        srqn: u32,
-        /// The requests, in order.
-        wrs: Vec<RecvRequest>,
     },
     /// Capture the device's traffic, for as long as the session lasts,
     /// into the passed file (opened by the driver, so the agent writes
@@ -194,10 +180,7 @@ pub enum Request {
 impl Request {
     /// True for the requests the agent does not answer.
     pub fn is_post(&self) -> bool {
-        matches!(
-            self,
-            Request::PostSend { .. } | Request::PostRecv { .. } | Request::PostSrqRecv { .. }
-        )
+        matches!(self, Request::Doorbell { .. })
     }
 }
 

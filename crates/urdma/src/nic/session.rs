@@ -8,13 +8,16 @@ use super::{channel, proto};
 use crate::cq::CqShared;
 use crate::engine::command::{
     AllocPd, CqInUse, CreateQp, CreateSrq, DeallocPd, DeregMr, DestroyQp, DestroySrq, ModifyQp,
-    ModifySrq, PostRecv, PostSend, PostSrqRecv, QueryQp, QuerySrq, RegMr,
+    ModifySrq, QueryQp, QuerySrq, RegMr,
 };
+use crate::engine::rings::QpRings;
 use crate::error::{Error, Result};
 use crate::fabric::stats::ProcessStats;
 use crate::mem::MemRegion;
 use crate::mr::MrEntry;
-use crate::types::{QpAttrMask, WcOpcode, WcStatus, WorkCompletion};
+use crate::types::QpAttrMask;
+use crate::verbs::QpCap;
+use crate::wq::{self, WorkRing};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -45,12 +48,6 @@ impl EventSink {
     }
 }
 
-/// A QP of the session and its CQs.
-struct OwnedQp {
-    send_cq: Arc<CqShared>,
-    recv_cq: Arc<CqShared>,
-}
-
 /// A connected driver.
 pub struct Session {
     /// Its number in the agent.
@@ -66,7 +63,7 @@ pub struct Session {
     mrs: HashMap<u32, Arc<MrEntry>>,
     reserved_cqs: HashSet<u32>,
     cqs: HashMap<u32, Arc<CqShared>>,
-    qps: HashMap<u32, OwnedQp>,
+    qps: HashSet<u32>,
     srqs: HashSet<u32>,
     captures: Vec<Arc<crate::fabric::capture::Capture>>,
 }
@@ -92,7 +89,7 @@ impl Session {
             mrs: HashMap::new(),
             reserved_cqs: HashSet::new(),
             cqs: HashMap::new(),
-            qps: HashMap::new(),
+            qps: HashSet::new(),
             srqs: HashSet::new(),
             captures: Vec::new(),
         }
@@ -111,8 +108,11 @@ impl Session {
             .ok_or_else(|| not_found("PD", pd))
     }
 
-    fn qp(&self, qpn: u32) -> Result<&OwnedQp> {
-        self.qps.get(&qpn).ok_or_else(|| not_found("QP", qpn))
+    fn qp(&self, qpn: u32) -> Result<u32> {
+        self.qps
+            .get(&qpn)
+            .copied()
+            .ok_or_else(|| not_found("QP", qpn))
     }
 
     fn cq(&self, cqn: u32) -> Result<Arc<CqShared>> {
@@ -138,7 +138,7 @@ impl Session {
         fds: &mut Vec<OwnedFd>,
     ) -> Option<proto::Response> {
         if req.is_post() {
-            self.handle_posts(vec![req]);
+            self.handle_doorbells(vec![req]);
             return None;
         }
         let r = self.run(nic, req, fds);
@@ -259,22 +259,27 @@ impl Session {
             } => {
                 let (scq, rcq) = (self.cq(send_cq)?, self.cq(recv_cq)?);
                 let srq = srq.map(|s| self.srq(s)).transpose()?;
+                let expected = if srq.is_some() { 1 } else { 2 };
+                if fds.len() != expected {
+                    return Err(Error::inval("a QP's work queues are missing"));
+                }
                 let qpn = d.call(CreateQp {
                     pd: self.pd(pd)?,
                     qp_type,
                     cap,
                     sq_sig_all,
-                    send_cq: scq.clone(),
-                    recv_cq: rcq.clone(),
+                    send_cq: scq,
+                    recv_cq: rcq,
                     srq,
                 })?;
-                self.qps.insert(
-                    qpn,
-                    OwnedQp {
-                        send_cq: scq,
-                        recv_cq: rcq,
-                    },
-                );
+                // Mapped once the engine has checked the capacities.
+                let rings = map_qp_rings(&cap, fds)
+                    .and_then(|rings| d.with_engine(|e, _| e.attach_rings(qpn, rings)));
+                if let Err(e) = rings {
+                    let _ = d.call(DestroyQp { qpn });
+                    return Err(e);
+                }
+                self.qps.insert(qpn);
                 dev.own(super::agent::Object::Qp(qpn), &self.events);
                 Value::Number(qpn)
             }
@@ -302,10 +307,22 @@ impl Session {
             }
             R::CreateSrq { pd, attr } => {
                 let pd = self.pd(pd)?;
+                let fd = match (fds.pop(), fds.is_empty()) {
+                    (Some(fd), true) => fd,
+                    _ => return Err(Error::inval("an SRQ's work queue is missing")),
+                };
                 let (srqn, got) = d.with_engine(|e, now| {
                     let n = e.call(now, CreateSrq { pd, attr })?;
                     e.call(now, QuerySrq { srqn: n }).map(|q| (n, q))
                 })?;
+                let ring = WorkRing::from_fd(fd, attr.max_wr, wq::recv_slot_len(attr.max_sge));
+                let attached = ring
+                    .map_err(Error::from)
+                    .and_then(|r| d.with_engine(|e, _| e.attach_srq_ring(srqn, Arc::new(r))));
+                if let Err(e) = attached {
+                    let _ = d.call(DestroySrq { srqn });
+                    return Err(e);
+                }
                 self.srqs.insert(srqn);
                 dev.own(super::agent::Object::Srq(srqn), &self.events);
                 Value::Srq(srqn, got)
@@ -334,8 +351,8 @@ impl Session {
                 dev.disown(super::agent::Object::Srq(srqn));
                 Value::Done
             }
-            R::PostSend { .. } | R::PostRecv { .. } | R::PostSrqRecv { .. } => {
-                return Err(Error::inval("posts run through handle_posts"))
+            R::Doorbell { .. } => {
+                return Err(Error::inval("doorbells run through handle_doorbells"))
             }
             R::Capture { limit } => {
                 let fd = fds
@@ -357,52 +374,26 @@ impl Session {
         })
     }
 
-    /// Run posts (requests that get no answer) under one engine lock, so
-    /// that the packets they make leave in one batch.
-    pub fn handle_posts(&mut self, posts: Vec<Request>) {
+    /// Take the work that doorbells announce, under one engine lock, so
+    /// that the packets it makes leave in one batch.
+    pub fn handle_doorbells(&mut self, bells: Vec<Request>) {
         let Some(dev) = self.device.clone() else {
             return;
         };
         dev.driver.with_engine(|e, now| {
-            for req in posts {
-                if let Err(err) = self.post(e, now, req) {
-                    tracing::debug!(pid = self.pid, error = %err, "post refused");
+            for req in bells {
+                let Request::Doorbell { qpn } = req else {
+                    continue;
+                };
+                let rung = match self.qps.contains(&qpn) {
+                    true => e.doorbell(now, qpn),
+                    false => Err(not_found("QP", qpn)),
+                };
+                if let Err(err) = rung {
+                    tracing::debug!(pid = self.pid, error = %err, "doorbell refused");
                 }
             }
         });
-    }
-
-    fn post(&self, e: &mut crate::engine::Engine, now: u64, req: Request) -> Result<()> {
-        match req {
-            Request::PostSend { qpn, wrs } => {
-                let cq = self.qp(qpn)?.send_cq.clone();
-                post_all(
-                    &cq,
-                    qpn,
-                    wrs,
-                    |w| (w.wr_id, w.op.wc_opcode()),
-                    |wr| e.call(now, PostSend { qpn, wr }),
-                )
-            }
-            Request::PostRecv { qpn, wrs } => {
-                let cq = self.qp(qpn)?.recv_cq.clone();
-                post_all(
-                    &cq,
-                    qpn,
-                    wrs,
-                    |w| (w.wr_id, WcOpcode::Recv),
-                    |wr| e.call(now, PostRecv { qpn, wr }),
-                )
-            }
-            Request::PostSrqRecv { srqn, wrs } => {
-                let srqn = self.srq(srqn)?;
-                for wr in wrs {
-                    e.call(now, PostSrqRecv { srqn, wr })?;
-                }
-                Ok(())
-            }
-            _ => Err(Error::inval("not a post")),
-        }
     }
 
     /// Tear down everything the session made, in dependency order: QPs,
@@ -414,7 +405,7 @@ impl Session {
         for cap in self.captures.drain(..) {
             d.detach_capture(&cap);
         }
-        for (qpn, _) in self.qps.drain() {
+        for qpn in self.qps.drain() {
             let _ = d.call(DestroyQp { qpn });
             dev.disown(super::agent::Object::Qp(qpn));
         }
@@ -440,7 +431,7 @@ impl Session {
 
     /// What the session holds, as `urdma stat` shows it.
     pub fn holdings(&self) -> ProcessStats {
-        let mut qps: Vec<u32> = self.qps.keys().copied().collect();
+        let mut qps: Vec<u32> = self.qps.iter().copied().collect();
         qps.sort_unstable();
         ProcessStats {
             pid: self.pid,
@@ -454,40 +445,19 @@ impl Session {
     }
 }
 
-/// Post WRs in order. One the engine refuses completes with an error
-/// status on `cq` and the ones after it are flushed, since the driver
-/// that posted them is no longer waiting for an answer.
-fn post_all<T>(
-    cq: &CqShared,
-    qpn: u32,
-    wrs: Vec<T>,
-    id_op: impl Fn(&T) -> (u64, WcOpcode),
-    mut post: impl FnMut(T) -> Result<()>,
-) -> Result<()> {
-    let mut failed: Option<Error> = None;
-    for wr in wrs {
-        let (id, op) = id_op(&wr);
-        let status = match &failed {
-            Some(_) => WcStatus::WrFlushErr,
-            None => match post(wr) {
-                Ok(()) => continue,
-                Err(err) => {
-                    let s = post_error_status(&err);
-                    failed = Some(err);
-                    s
-                }
-            },
-        };
-        let _ = cq.push(WorkCompletion::new(id, status, op, qpn), false);
-    }
-    failed.map_or(Ok(()), Err)
-}
-
-/// The completion status of a post the NIC refused after the driver's
-/// own checks passed (a full queue, a state the driver did not know of).
-fn post_error_status(e: &Error) -> WcStatus {
-    match e {
-        Error::InvalidArgument(_) => WcStatus::LocLenErr,
-        _ => WcStatus::LocQpOpErr,
-    }
+/// Map the work queues a driver made for a QP of capacities `cap`: the
+/// send queue, then the receive queue unless the QP uses an SRQ.
+fn map_qp_rings(cap: &QpCap, fds: &mut Vec<OwnedFd>) -> Result<QpRings> {
+    let mut fds = fds.drain(..);
+    let sq = fds.next().map(|fd| {
+        let len = wq::send_slot_len(cap.max_send_sge, cap.max_inline_data);
+        WorkRing::from_fd(fd, cap.max_send_wr, len).map(Arc::new)
+    });
+    let rq = fds.next().map(|fd| {
+        WorkRing::from_fd(fd, cap.max_recv_wr, wq::recv_slot_len(cap.max_recv_sge)).map(Arc::new)
+    });
+    Ok(QpRings {
+        sq: sq.transpose()?,
+        rq: rq.transpose()?,
+    })
 }

@@ -7,7 +7,7 @@ mod attr;
 use super::command::CreateQp;
 use super::qp::QpCtx;
 use super::wqe::{Payload, RecvWqe, SendOp, SendWqe, UdDest};
-use super::{psn, requester, Engine};
+use super::{psn, requester, Ctx, Engine};
 use crate::error::{Error, Result};
 use crate::mem::MemRegion;
 use crate::mr::{self, LocalSge, MrCheckError, MrEntry, MrTable};
@@ -277,21 +277,9 @@ impl Engine {
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(Error::WrongState(state));
         }
-        if qp.req.sq.len() >= qp.cap.max_send_wr as usize {
-            return Err(Error::Exhausted("send queue full".into()));
-        }
-        let mut wqe = build_send_wqe(qp, cx.mrs, wr)?;
-        if state == QpState::Err {
-            let wc = WorkCompletion::new(wqe.wr_id, WcStatus::WrFlushErr, wqe.op.wc_opcode(), qpn);
-            drop(wqe);
+        if let Some(wc) = enqueue_send(qp, &mut cx, wr)? {
             qp.push_wc(&mut cx, wc, false, false);
-            return Ok(());
         }
-        if qp.qp_type != QpType::Ud {
-            wqe.first_psn = qp.req.tail_psn;
-            qp.req.tail_psn = psn::add(qp.req.tail_psn, wqe.npsn);
-        }
-        qp.req.sq.push_back(wqe);
         requester::pump(qp, &mut cx);
         Ok(())
     }
@@ -302,18 +290,10 @@ impl Engine {
         if qp.state() == QpState::Reset {
             return Err(Error::WrongState(QpState::Reset));
         }
-        check_recv_request(&qp.cap, &wr)?;
         if qp.rq.len() >= qp.cap.max_recv_wr as usize {
             return Err(Error::Exhausted("receive queue full".into()));
         }
-        let sges = resolve_sges(cx.mrs, qp.pd, &wr.sges, AccessFlags::LOCAL_WRITE)
-            .map_err(|e| Error::inval(format!("receive buffer: {e}")))?;
-        let len = crate::mr::total_len(&sges);
-        let wqe = RecvWqe {
-            wr_id: wr.wr_id,
-            sges,
-            len,
-        };
+        let wqe = build_recv_wqe(qp.cap.max_recv_sge, qp.pd, cx.mrs, wr)?;
         if qp.state() == QpState::Err {
             let wc = WorkCompletion::new(wqe.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qpn);
             drop(wqe);
@@ -323,6 +303,51 @@ impl Engine {
         qp.rq.push_back(wqe);
         Ok(())
     }
+}
+
+/// Check a send request and queue it on `qp`. Does not transmit. In the
+/// ERR state the request is not queued: Ok(Some) is its flush completion,
+/// for the caller to deliver.
+pub(crate) fn enqueue_send(
+    qp: &mut QpCtx,
+    cx: &mut Ctx<'_>,
+    wr: SendRequest,
+) -> Result<Option<WorkCompletion>> {
+    if qp.req.sq.len() >= qp.cap.max_send_wr as usize {
+        return Err(Error::Exhausted("send queue full".into()));
+    }
+    let mut wqe = build_send_wqe(qp, cx.mrs, wr)?;
+    if qp.state() == QpState::Err {
+        let wc = WorkCompletion::new(wqe.wr_id, WcStatus::WrFlushErr, wqe.op.wc_opcode(), qp.qpn);
+        // The local buffers are released before the completion is seen.
+        drop(wqe);
+        return Ok(Some(wc));
+    }
+    if qp.qp_type != QpType::Ud {
+        wqe.first_psn = qp.req.tail_psn;
+        qp.req.tail_psn = psn::add(qp.req.tail_psn, wqe.npsn);
+    }
+    qp.req.sq.push_back(wqe);
+    Ok(None)
+}
+
+/// Check a receive request against a queue's limits and resolve its
+/// buffers in `pd`.
+pub(crate) fn build_recv_wqe(
+    max_sge: u32,
+    pd: u32,
+    mrs: &MrTable,
+    wr: RecvRequest,
+) -> Result<RecvWqe> {
+    check_recv_sges(&wr, max_sge)?;
+    let sges = resolve_sges(mrs, pd, &wr.sges, AccessFlags::LOCAL_WRITE)
+        .map_err(|e| Error::inval(format!("receive buffer: {e}")))?;
+    let len = crate::mr::total_len(&sges);
+    Ok(RecvWqe {
+        wr_id: wr.wr_id,
+        sges,
+        len,
+    })
 }
 
 /// Resolve a caller's SGEs against the MR table.
@@ -364,11 +389,16 @@ pub struct SendLimits {
 /// SGE count against the QP's limit. The engine runs it when the request
 /// is posted; a driver of a NIC in another process runs it before.
 pub fn check_recv_request(cap: &crate::verbs::QpCap, wr: &RecvRequest) -> Result<()> {
-    if wr.sges.len() > cap.max_recv_sge as usize {
+    check_recv_sges(wr, cap.max_recv_sge)
+}
+
+/// A receive request's SGE count against its queue's `max_sge`.
+pub fn check_recv_sges(wr: &RecvRequest, max_sge: u32) -> Result<()> {
+    if wr.sges.len() > max_sge as usize {
         return Err(Error::inval(format!(
-            "{} SGEs above max_recv_sge {}",
+            "{} SGEs above the queue's max_sge {}",
             wr.sges.len(),
-            cap.max_recv_sge
+            max_sge
         )));
     }
     Ok(())

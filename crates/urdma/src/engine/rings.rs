@@ -1,0 +1,199 @@
+//! Work queues that a driver in another process fills in shared memory
+//! ([`WorkRing`]), as the engine reads them. Send requests are pulled into
+//! the SQ whenever the engine works on the QP (a post's doorbell, an
+//! acknowledgement, a timer); receive requests are taken one at a time when
+//! a message needs one. A request the engine refuses (a bad key, a length
+//! it cannot take) completes with an error status, as a NIC reports a bad
+//! WQE it fetched; a malformed ring breaks only its own QP.
+
+use super::objects::{build_recv_wqe, enqueue_send, RecvRequest, SendRequest};
+use super::qp::QpCtx;
+use super::wqe::RecvWqe;
+use super::{requester, Ctx, Engine};
+use crate::error::{Error, Result};
+use crate::mr::MrTable;
+use crate::types::{AsyncEventKind, QpState, WcOpcode, WcStatus, WorkCompletion};
+use crate::wq::WorkRing;
+use std::sync::Arc;
+
+/// Rounds of pulling and re-arming before the engine leaves a ring that
+/// its driver keeps filling to the next doorbell.
+const MAX_ARM_ROUNDS: usize = 64;
+
+/// The shared work queues of a QP whose driver runs in another process.
+#[derive(Debug, Default)]
+pub struct QpRings {
+    /// Send queue.
+    pub sq: Option<Arc<WorkRing>>,
+    /// Receive queue (None with an SRQ).
+    pub rq: Option<Arc<WorkRing>>,
+}
+
+/// The completion status of a request the engine refused after the
+/// driver's own checks passed.
+pub fn refused_status(e: &Error) -> WcStatus {
+    match e {
+        Error::InvalidArgument(m) if m.contains("key") => WcStatus::LocProtErr,
+        Error::InvalidArgument(_) => WcStatus::LocLenErr,
+        _ => WcStatus::LocQpOpErr,
+    }
+}
+
+/// A ring that cannot be read any more: the QP goes to ERR.
+fn broken_ring(qp: &mut QpCtx, cx: &mut Ctx<'_>, e: &crate::wq::TakeError) {
+    tracing::warn!(qpn = qp.qpn, error = %e, "work queue unreadable");
+    qp.enter_error(cx, Some(AsyncEventKind::QpFatal));
+}
+
+/// Pull posted send requests into the SQ while it has room. When nothing
+/// is left that would bring the engine back to the QP (no WQE waiting for
+/// an acknowledgement, or the QP in ERR), arm the doorbell.
+pub fn pull_sends(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+    let Some(ring) = qp.rings.sq.clone() else {
+        return;
+    };
+    for _ in 0..MAX_ARM_ROUNDS {
+        while qp.req.sq.len() < qp.cap.max_send_wr as usize {
+            let wr = match ring.pop::<SendRequest>() {
+                None => break,
+                Some(Ok(wr)) => wr,
+                Some(Err(e)) => {
+                    ring.retire(1);
+                    broken_ring(qp, cx, &e);
+                    continue;
+                }
+            };
+            let (id, op) = (wr.wr_id, wr.op.wc_opcode());
+            let done = match enqueue_send(qp, cx, wr) {
+                Ok(None) => continue,
+                Ok(Some(flushed)) => flushed,
+                Err(e) => {
+                    tracing::debug!(qpn = qp.qpn, error = %e, "send request refused");
+                    WorkCompletion::new(id, refused_status(&e), op, qp.qpn)
+                }
+            };
+            // Its room is free before its completion is seen.
+            ring.retire(1);
+            qp.push_wc(cx, done, false, false);
+        }
+        if !qp.req.sq.is_empty() && qp.state() != QpState::Err {
+            return;
+        }
+        if ring.arm() {
+            return;
+        }
+    }
+    // A driver that keeps posting as fast as the engine drains: it rings
+    // for the rest.
+    ring.arm();
+}
+
+/// Take the next receive request from `ring`, checked against the queue's
+/// `max_sge` and resolved in `pd`. Refused requests are skipped and
+/// returned in `refused` (wr_id, status) for error completions.
+pub fn take_recv_from(
+    ring: &WorkRing,
+    max_sge: u32,
+    pd: u32,
+    mrs: &MrTable,
+    refused: &mut Vec<(u64, WcStatus)>,
+) -> Option<RecvWqe> {
+    loop {
+        let got = ring.pop::<RecvRequest>()?;
+        ring.retire(1);
+        let wr = match got {
+            Ok(wr) => wr,
+            Err(e) => {
+                tracing::warn!(error = %e, "receive request unreadable");
+                continue;
+            }
+        };
+        let id = wr.wr_id;
+        match build_recv_wqe(max_sge, pd, mrs, wr) {
+            Ok(w) => return Some(w),
+            Err(e) => {
+                tracing::debug!(error = %e, "receive request refused");
+                refused.push((id, refused_status(&e)));
+            }
+        }
+    }
+}
+
+/// Complete refused receive requests on `qp`'s receive CQ.
+pub fn complete_refused(qp: &mut QpCtx, cx: &mut Ctx<'_>, refused: Vec<(u64, WcStatus)>) {
+    for (id, status) in refused {
+        let wc = WorkCompletion::new(id, status, WcOpcode::Recv, qp.qpn);
+        qp.push_wc(cx, wc, true, false);
+    }
+}
+
+/// Take the next receive request of a QP's own ring.
+pub fn take_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Option<RecvWqe> {
+    let ring = qp.rings.rq.clone()?;
+    let mut refused = Vec::new();
+    let w = take_recv_from(&ring, qp.cap.max_recv_sge, qp.pd, cx.mrs, &mut refused);
+    complete_refused(qp, cx, refused);
+    w
+}
+
+/// Flush everything posted to a QP's rings (the QP is in ERR) and arm
+/// the doorbells, so that later posts are flushed too.
+pub fn flush_rings(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+    pull_sends(qp, cx);
+    let Some(ring) = qp.rings.rq.clone() else {
+        return;
+    };
+    for _ in 0..MAX_ARM_ROUNDS {
+        while let Some(got) = ring.pop::<RecvRequest>() {
+            ring.retire(1);
+            if let Ok(wr) = got {
+                let wc =
+                    WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qp.qpn);
+                qp.push_wc(cx, wc, true, false);
+            }
+        }
+        if ring.arm() {
+            return;
+        }
+    }
+    ring.arm();
+}
+
+/// Forget everything posted (the QP went back to RESET).
+pub fn discard(rings: &QpRings) {
+    for r in rings.sq.iter().chain(rings.rq.iter()) {
+        r.discard();
+    }
+}
+
+impl Engine {
+    /// Give QP `qpn` the work queues its driver fills.
+    pub(crate) fn attach_rings(&mut self, qpn: u32, rings: QpRings) -> Result<()> {
+        let qp = self
+            .qps
+            .get_mut(&qpn)
+            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        qp.rings = rings;
+        Ok(())
+    }
+
+    /// Give SRQ `srqn` the receive queue its driver fills.
+    pub(crate) fn attach_srq_ring(&mut self, srqn: u32, ring: Arc<WorkRing>) -> Result<()> {
+        let srq = self
+            .srqs
+            .get_mut(&srqn)
+            .ok_or_else(|| Error::NotFound(format!("srq {srqn}")))?;
+        srq.ring = Some(ring);
+        Ok(())
+    }
+
+    /// A driver posted to an idle QP's rings: take the new work.
+    pub(crate) fn doorbell(&mut self, now: u64, qpn: u32) -> Result<()> {
+        let (qp, mut cx) = self.qp_and_ctx(now, qpn)?;
+        if qp.state() == QpState::Err {
+            flush_rings(qp, &mut cx);
+        }
+        requester::pump(qp, &mut cx);
+        Ok(())
+    }
+}
