@@ -222,6 +222,10 @@ impl QpCtx {
         let Some(wqe) = self.req.sq.pop_front() else {
             return;
         };
+        // Its room in the driver's ring is free before its completion.
+        if let Some(ring) = &self.rings.sq {
+            ring.retire(1);
+        }
         if self.req.send_pos == 0 {
             // The send pointer was inside the WQE just completed: resume
             // at the start of the next one.
