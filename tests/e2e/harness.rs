@@ -282,10 +282,18 @@ impl Fixture {
     /// Connect a new QP pair on local CQ `cq` and peer CQ `pcq`, with
     /// options `mine` locally and `theirs` on the peer.
     pub fn connect_on(&mut self, cq: &Cq, pcq: u32, mine: &ConnOpts, theirs: &ConnOpts) -> Link {
-        let qp = self
-            .pd
-            .create_qp(&QpInitAttr::rc(cq, cq))
-            .expect("create qp");
+        self.connect_with(&QpInitAttr::rc(cq, cq), pcq, mine, theirs)
+    }
+
+    /// Connect a new QP pair, the local QP made from `init`.
+    pub fn connect_with(
+        &mut self,
+        init: &QpInitAttr<'_>,
+        pcq: u32,
+        mine: &ConnOpts,
+        theirs: &ConnOpts,
+    ) -> Link {
+        let qp = self.pd.create_qp(init).expect("create qp");
         let p: QpInfo = self.peer.ok(&Cmd::CreateQp {
             pd: self.ppd,
             cq: pcq,

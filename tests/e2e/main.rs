@@ -14,6 +14,7 @@ mod ops;
 mod pattern;
 mod peer;
 mod proto;
+mod queues;
 mod raw;
 mod transfer;
 
@@ -61,6 +62,9 @@ fn trials() -> Vec<Trial> {
         trial("err_local_protection", errors::local_protection),
         trial("err_post_send_wrong_state", errors::post_send_wrong_state),
         trial("err_modify_qp_bad_attrs", errors::modify_qp_bad_attrs),
+        trial("queue_send_full", queues::send_queue_full),
+        trial("queue_recv_full", queues::recv_queue_full),
+        trial("queue_send_refills", queues::send_queue_refills),
         trial("err_cq_overrun", faults::cq_overrun),
         trial("err_send_too_long", faults::send_too_long),
         trial("err_malformed_packets", faults::malformed_packets),

@@ -18,11 +18,10 @@ pub const READ_CHUNK: u32 = 64;
 
 /// Transmit what the window allows. Called after every input.
 pub fn pump(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
-    super::rings::pull_sends(qp, cx);
-    match qp.qp_type {
+    super::rings::pump_rings(qp, cx, |qp, cx| match qp.qp_type {
         QpType::Ud => pump_ud(qp, cx),
         QpType::Rc | QpType::Uc => pump_connected(qp, cx),
-    }
+    });
 }
 
 fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {

@@ -45,47 +45,64 @@ fn broken_ring(qp: &mut QpCtx, cx: &mut Ctx<'_>, e: &crate::wq::TakeError) {
     qp.enter_error(cx, Some(AsyncEventKind::QpFatal));
 }
 
-/// Pull posted send requests into the SQ while it has room. When nothing
-/// is left that would bring the engine back to the QP (no WQE waiting for
-/// an acknowledgement, or the QP in ERR), arm the doorbell.
+/// Pull posted send requests into the SQ while it has room.
 pub fn pull_sends(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     let Some(ring) = qp.rings.sq.clone() else {
         return;
     };
+    while qp.req.sq.len() < qp.cap.max_send_wr as usize {
+        let wr = match ring.pop::<SendRequest>() {
+            None => return,
+            Some(Ok(wr)) => wr,
+            Some(Err(e)) => {
+                ring.retire(1);
+                broken_ring(qp, cx, &e);
+                continue;
+            }
+        };
+        let (id, op) = (wr.wr_id, wr.op.wc_opcode());
+        let done = match enqueue_send(qp, cx, wr) {
+            Ok(None) => continue,
+            Ok(Some(flushed)) => flushed,
+            Err(e) => {
+                tracing::debug!(qpn = qp.qpn, error = %e, "send request refused");
+                WorkCompletion::new(id, refused_status(&e), op, qp.qpn)
+            }
+        };
+        // Its room is free before its completion is seen.
+        ring.retire(1);
+        qp.push_wc(cx, done, false, false);
+    }
+}
+
+/// After the requester's work: true if nothing more is to be pulled now.
+/// When nothing is left that would bring the engine back to the QP (no
+/// WQE waiting for an acknowledgement or a timer, or the QP in ERR), the
+/// doorbell is armed; false means a post arrived meanwhile.
+pub fn settled(qp: &QpCtx) -> bool {
+    let Some(ring) = &qp.rings.sq else {
+        return true;
+    };
+    if !qp.req.sq.is_empty() && qp.state() != QpState::Err {
+        return true;
+    }
+    ring.arm()
+}
+
+/// Pull and transmit until the QP is settled (see [`settled`]).
+pub fn pump_rings(qp: &mut QpCtx, cx: &mut Ctx<'_>, transmit: impl Fn(&mut QpCtx, &mut Ctx<'_>)) {
     for _ in 0..MAX_ARM_ROUNDS {
-        while qp.req.sq.len() < qp.cap.max_send_wr as usize {
-            let wr = match ring.pop::<SendRequest>() {
-                None => break,
-                Some(Ok(wr)) => wr,
-                Some(Err(e)) => {
-                    ring.retire(1);
-                    broken_ring(qp, cx, &e);
-                    continue;
-                }
-            };
-            let (id, op) = (wr.wr_id, wr.op.wc_opcode());
-            let done = match enqueue_send(qp, cx, wr) {
-                Ok(None) => continue,
-                Ok(Some(flushed)) => flushed,
-                Err(e) => {
-                    tracing::debug!(qpn = qp.qpn, error = %e, "send request refused");
-                    WorkCompletion::new(id, refused_status(&e), op, qp.qpn)
-                }
-            };
-            // Its room is free before its completion is seen.
-            ring.retire(1);
-            qp.push_wc(cx, done, false, false);
-        }
-        if !qp.req.sq.is_empty() && qp.state() != QpState::Err {
-            return;
-        }
-        if ring.arm() {
+        pull_sends(qp, cx);
+        transmit(qp, cx);
+        if settled(qp) {
             return;
         }
     }
     // A driver that keeps posting as fast as the engine drains: it rings
     // for the rest.
-    ring.arm();
+    if let Some(ring) = &qp.rings.sq {
+        ring.arm();
+    }
 }
 
 /// Take the next receive request from `ring`, checked against the queue's
@@ -139,7 +156,7 @@ pub fn take_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Option<RecvWqe> {
 /// Flush everything posted to a QP's rings (the QP is in ERR) and arm
 /// the doorbells, so that later posts are flushed too.
 pub fn flush_rings(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
-    pull_sends(qp, cx);
+    pump_rings(qp, cx, |_, _| {});
     let Some(ring) = qp.rings.rq.clone() else {
         return;
     };

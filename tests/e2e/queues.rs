@@ -1,0 +1,112 @@
+//! Work queue capacity: a full send or receive queue answers
+//! `Error::Exhausted` (ENOMEM at the verbs API) and changes nothing; its
+//! room returns as soon as the completions that free it can be polled.
+
+use crate::harness::{expect_ok, sge, wait_wc, Fixture, ALL};
+use crate::proto::{Cmd, ConnOpts, WrSpec};
+use urdma::{Error, QpCap, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus};
+
+const DEPTH: u32 = 4;
+
+fn small_queues(f: &mut Fixture, opts: &ConnOpts) -> crate::harness::Link {
+    let cq = f.cq.clone();
+    let init = QpInitAttr {
+        cap: QpCap {
+            max_send_wr: DEPTH,
+            max_recv_wr: DEPTH,
+            ..QpCap::default()
+        },
+        ..QpInitAttr::rc(&cq, &cq)
+    };
+    let pcq = f.pcq;
+    f.connect_with(&init, pcq, opts, &ConnOpts::default())
+}
+
+/// A send queue whose WRs cannot complete (the peer QP is gone) takes
+/// exactly `max_send_wr` of them; once they complete in error, the queue
+/// takes new ones again.
+pub fn send_queue_full() {
+    let mut f = Fixture::new();
+    let opts = ConnOpts {
+        timeout: Some(8),
+        retry_cnt: Some(1),
+        ..ConnOpts::default()
+    };
+    let l = small_queues(&mut f, &opts);
+    f.peer.ok::<()>(&Cmd::DestroyQp { qp: l.pqp });
+    let buf = f.mr(64, ALL);
+    let target = f.peer_mr(64, ALL);
+    let wr = |id| SendWr::write(id, &[buf.slice(0, 8).unwrap()], target.addr, target.rkey);
+    for id in 0..u64::from(DEPTH) {
+        l.qp.post_send(wr(id)).expect("room in the send queue");
+    }
+    let r = l.qp.post_send(wr(99));
+    assert!(matches!(r, Err(Error::Exhausted(_))), "5th post: {r:?}");
+    let first = wait_wc(&f.cq);
+    assert_eq!(first.wr_id, 0);
+    assert_eq!(first.status, WcStatus::RetryExcErr);
+    for id in 1..u64::from(DEPTH) {
+        let wc = wait_wc(&f.cq);
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::WrFlushErr));
+    }
+    // In ERR: a new post is taken and flushed.
+    l.qp.post_send(wr(7)).expect("room after the completions");
+    let wc = wait_wc(&f.cq);
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::WrFlushErr));
+}
+
+/// A receive queue takes `max_recv_wr` requests; each SEND that consumes
+/// one makes room for one more, and nothing refused is ever delivered.
+pub fn recv_queue_full() {
+    let mut f = Fixture::new();
+    let l = small_queues(&mut f, &ConnOpts::default());
+    let buf = f.mr(64 * 16, ALL);
+    let slot = |i: u64| [buf.slice(64 * (i as usize % 16), 64).unwrap()];
+    for id in 0..u64::from(DEPTH) {
+        l.qp.post_recv(RecvWr::new(id, &slot(id)))
+            .expect("room in the receive queue");
+    }
+    let r = l.qp.post_recv(RecvWr::new(99, &slot(99)));
+    assert!(matches!(r, Err(Error::Exhausted(_))), "5th post: {r:?}");
+    let src = f.peer_mr(64, ALL);
+    for round in 0..3 * u64::from(DEPTH) {
+        f.peer.post_send(
+            l.pqp,
+            round,
+            WrSpec::Send {
+                sges: vec![sge(&src, 0, 8)],
+            },
+        );
+        let wc = wait_wc(&f.cq);
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.opcode),
+            (round, WcStatus::Success, WcOpcode::Recv)
+        );
+        // The consumed request's room is free.
+        let next = round + u64::from(DEPTH);
+        l.qp.post_recv(RecvWr::new(next, &slot(next)))
+            .expect("room after a receive completed");
+    }
+}
+
+/// Filling the send queue, polling every completion and filling it
+/// again never finds it full: the room of a completed WR is free by the
+/// time its completion is seen.
+pub fn send_queue_refills() {
+    let mut f = Fixture::new();
+    let l = small_queues(&mut f, &ConnOpts::default());
+    let buf = f.mr(64, ALL);
+    let target = f.peer_mr(64, ALL);
+    let mut id = 0;
+    for _ in 0..200 {
+        for _ in 0..DEPTH {
+            let wr = SendWr::write(id, &[buf.slice(0, 8).unwrap()], target.addr, target.rkey);
+            l.qp.post_send(wr)
+                .expect("room after every completion was polled");
+            id += 1;
+        }
+        for done in id - u64::from(DEPTH)..id {
+            assert_eq!(expect_ok(&f.cq, done, WcOpcode::RdmaWrite).wr_id, done);
+        }
+    }
+}
