@@ -1,8 +1,10 @@
-//! `urdma devices`: the devices this process sees, printed like ibv_devinfo.
+//! `urdma devices`: the devices this process sees, printed like ibv_devinfo,
+//! with the NIC that serves each (the agent and the processes attached).
 
 use anyhow::Result;
 use clap::Args;
 use urdma::config::discover;
+use urdma::fabric::stats::{read_all, Published};
 use urdma::{DeviceAttr, DeviceConfig, Gid};
 
 /// Arguments of `urdma devices`.
@@ -29,7 +31,34 @@ fn attributes(cfg: &DeviceConfig) -> DeviceAttr {
     urdma::api::device_attr_for(cfg)
 }
 
-fn print_device(cfg: &DeviceConfig, verbose: bool) {
+/// Who runs the NIC of the device on `cfg`, from what the running NICs
+/// publish (the same records `urdma stat` reads).
+fn nic_state(cfg: &DeviceConfig, published: &[Published]) -> String {
+    let addr = std::net::SocketAddr::new(cfg.addr, cfg.port).to_string();
+    let Some(p) = published
+        .iter()
+        .find(|p| p.live && p.stats.addr == addr)
+    else {
+        return "not running (the NIC agent starts when a program opens the device)".into();
+    };
+    let pid = p.stats.pid;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let is_agent = cmdline.split(|b| *b == 0).any(|a| a == b"agent");
+    if !is_agent {
+        return format!("inside process {pid} (URDMA_NIC=embedded)");
+    }
+    let users: Vec<String> = p.stats.processes.iter().map(|u| u.pid.to_string()).collect();
+    match users.len() {
+        0 => format!("NIC agent pid {pid}, no process attached"),
+        n => format!(
+            "NIC agent pid {pid}, {n} process{} attached (pid {})",
+            if n == 1 { "" } else { "es" },
+            users.join(", ")
+        ),
+    }
+}
+
+fn print_device(cfg: &DeviceConfig, verbose: bool, published: &[Published]) {
     let a = attributes(cfg);
     println!("hca_id:\t{}", cfg.name);
     println!("\ttransport:\t\t\tInfiniBand (0)");
@@ -40,6 +69,7 @@ fn print_device(cfg: &DeviceConfig, verbose: bool) {
     println!("\tvendor_part_id:\t\t\t{}", a.vendor_part_id);
     println!("\thw_ver:\t\t\t\t{:#x}", a.hw_ver);
     println!("\tphys_port_cnt:\t\t\t{}", a.phys_port_cnt);
+    println!("\tnic:\t\t\t\t{}", nic_state(cfg, published));
     if verbose {
         println!("\tmax_mr_size:\t\t\t{:#x}", a.max_mr_size);
         println!("\tpage_size_cap:\t\t\t{:#x}", a.page_size_cap);
@@ -77,12 +107,13 @@ fn print_device(cfg: &DeviceConfig, verbose: bool) {
 /// Run `urdma devices`.
 pub fn run(args: &DevicesArgs) -> Result<()> {
     let devs = discover()?;
+    let published = read_all();
     let mut shown = 0;
     for d in devs
         .iter()
         .filter(|d| args.device.as_ref().is_none_or(|n| *n == d.name))
     {
-        print_device(d, args.verbose);
+        print_device(d, args.verbose, &published);
         shown += 1;
     }
     if shown == 0 {

@@ -302,6 +302,14 @@ impl CqShared {
         Ok(())
     }
 
+    /// The producer is gone (the NIC ended): put the CQ in the overrun
+    /// state, so that waiters wake and polls report an error once the
+    /// completions already queued are taken, and fire its notifier.
+    pub fn fail(&self) {
+        let _ = self.set_overrun();
+        self.notify_now();
+    }
+
     fn set_overrun(&self) -> Result<(), CqFull> {
         self.hdr().overrun.store(1, Release);
         self.wake_waiters();

@@ -261,9 +261,11 @@ impl WorkRing {
         self.map
             .atomic_u64(CONS)
             .store(idx.wrapping_add(1), Release);
+        // Lengths inside the request are bounded by the slot.
+        let decoder = options().with_limit(self.slot_len as u64);
         Some(
             read.ok()
-                .and_then(|()| options().deserialize(&buf).ok())
+                .and_then(|()| decoder.deserialize(&buf).ok())
                 .ok_or(TakeError::Malformed(idx)),
         )
     }

@@ -50,6 +50,9 @@ pub fn pull_sends(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     let Some(ring) = qp.rings.sq.clone() else {
         return;
     };
+    if !takes_sends(qp) {
+        return;
+    }
     while qp.req.sq.len() < qp.cap.max_send_wr as usize {
         let wr = match ring.pop::<SendRequest>() {
             None => return,
@@ -75,6 +78,11 @@ pub fn pull_sends(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     }
 }
 
+/// A QP takes send requests from RTS on (a driver posts none before).
+fn takes_sends(qp: &QpCtx) -> bool {
+    !matches!(qp.state(), QpState::Reset | QpState::Init | QpState::Rtr)
+}
+
 /// After the requester's work: true if nothing more is to be pulled now.
 /// When nothing is left that would bring the engine back to the QP (no
 /// WQE waiting for an acknowledgement or a timer, or the QP in ERR), the
@@ -83,7 +91,8 @@ pub fn settled(qp: &QpCtx) -> bool {
     let Some(ring) = &qp.rings.sq else {
         return true;
     };
-    if !qp.req.sq.is_empty() && qp.state() != QpState::Err {
+    // Before RTS the transition to RTS comes back for what was posted.
+    if !takes_sends(qp) || (!qp.req.sq.is_empty() && qp.state() != QpState::Err) {
         return true;
     }
     ring.arm()

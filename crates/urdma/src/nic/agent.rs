@@ -213,6 +213,7 @@ fn answer(conn: &OwnedFd, a: &proto::Response) -> std::io::Result<()> {
 pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
     let listener = channel::listen(&opts.name)?;
     channel::raise_fd_limit();
+    channel::keep_free_memory();
     tracing::info!(name = opts.name, "NIC agent listening");
     let nic = Arc::new(Nic::default());
     let me = nix::unistd::getuid().as_raw();
@@ -265,7 +266,7 @@ fn start_session(nic: &Arc<Nic>, conn: OwnedFd, me: u32) -> std::io::Result<()> 
     std::thread::Builder::new()
         .name(format!("urdma-session-{pid}"))
         .spawn(move || {
-            serve(&count.0, conn, pid);
+            serve(&count.0, conn, pid, uid);
             drop(count);
         })
         .map(|_| ())
@@ -304,7 +305,7 @@ impl Drop for OpenSession<'_> {
 }
 
 /// Serve one driver until it closes (or dies), then tear its objects down.
-fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
+fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
     let mut buf = channel::MsgBuf::default();
     let mut fds = Vec::new();
     // Hello: the memory file and the event socket.
@@ -352,7 +353,7 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32) {
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
     let mut open = OpenSession {
         nic,
-        session: Session::new(id, pid, mem, events),
+        session: Session::new(id, pid, uid, mem, events),
     };
     let session = &mut open.session;
     tracing::debug!(pid, "session opened");

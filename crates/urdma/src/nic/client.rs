@@ -12,12 +12,13 @@ use crate::engine::{
 use crate::error::{Error, Result};
 use crate::fabric::events::EventQueue;
 use crate::mr::MrEntry;
-use crate::types::{QpAttrMask, QpState, QpType};
+use crate::types::{AsyncEvent, AsyncEventKind, QpAttrMask, QpState, QpType};
 use crate::verbs::QpCap;
 use crate::wq::{self, PushError, WorkRing};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 
@@ -56,6 +57,8 @@ pub struct AgentLink {
     /// Asynchronous events of the driver's objects.
     pub events: Arc<EventQueue>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Set when this driver closes the session (not the agent).
+    closing: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for AgentLink {
@@ -70,6 +73,7 @@ impl Drop for AgentLink {
     fn drop(&mut self) {
         // Closing the session makes the agent close the event socket,
         // which ends the event thread.
+        self.closing.store(true, Ordering::SeqCst);
         self.chan.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
@@ -142,11 +146,17 @@ impl AgentLink {
         }
         let events = Arc::new(EventQueue::default());
         let cqs: Arc<Mutex<HashMap<u32, Weak<CqShared>>>> = Arc::default();
+        let closing = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (events, cqs) = (events.clone(), cqs.clone());
+            let (events, cqs, closing) = (events.clone(), cqs.clone(), closing.clone());
             std::thread::Builder::new()
                 .name("urdma-events".into())
-                .spawn(move || event_loop(events_mine, &events, &cqs))?
+                .spawn(move || {
+                    event_loop(events_mine, &events, &cqs);
+                    if !closing.load(Ordering::SeqCst) {
+                        nic_gone(&events, &cqs);
+                    }
+                })?
         };
         Ok(AgentLink {
             chan: Mutex::new(Some(chan)),
@@ -158,6 +168,7 @@ impl AgentLink {
             cqs,
             events,
             thread: Mutex::new(Some(thread)),
+            closing,
         })
     }
 
@@ -256,7 +267,7 @@ impl AgentLink {
             max_rd_atomic: q.max_rd_atomic,
             ud_max: self.ud_max,
         };
-        self.post_to(qpn, &q.sq, &wrs, |w| {
+        self.post_to(Some(qpn), &q.sq, &wrs, |w| {
             check_send_request(&limits, w).map(|_| ())
         })
     }
@@ -276,8 +287,8 @@ impl AgentLink {
                 .get(&n)
                 .cloned()
                 .ok_or_else(|| (0, Error::NotFound(format!("SRQ {n}"))))?;
-            // An SRQ is never idle in a way a doorbell would end.
-            return self.post_to(0, &s.ring, &wrs, |w| check_recv_sges(w, s.max_sge));
+            // The NIC takes an SRQ's requests when messages need them.
+            return self.post_to(None, &s.ring, &wrs, |w| check_recv_sges(w, s.max_sge));
         }
         let q = self.mirror(n).map_err(|e| (0, e))?;
         if q.state == QpState::Reset {
@@ -289,15 +300,15 @@ impl AgentLink {
                 Error::inval("the QP takes receive requests from its SRQ"),
             )
         })?;
-        self.post_to(n, rq, &wrs, |w| check_recv_request(&q.cap, w))
+        self.post_to(Some(n), rq, &wrs, |w| check_recv_request(&q.cap, w))
     }
 
     /// Write the WRs into `ring` up to the first one `check` refuses or the
-    /// ring has no room for, then ring QP `qpn`'s doorbell if the NIC asked
-    /// for it. Err((i, e)): the `i`th was refused for `e`.
+    /// ring has no room for, then ring QP `qpn`'s doorbell (if any) if the
+    /// NIC asked for it. Err((i, e)): the `i`th was refused for `e`.
     fn post_to<T: serde::Serialize>(
         &self,
-        qpn: u32,
+        qpn: Option<u32>,
         ring: &WorkRing,
         wrs: &[T],
         check: impl Fn(&T) -> Result<()>,
@@ -319,7 +330,7 @@ impl AgentLink {
                 }
             }
         }
-        if bell {
+        if let (true, Some(qpn)) = (bell, qpn) {
             self.ring_doorbell(qpn).map_err(|e| (0, e))?;
         }
         refused.map_or(Ok(()), Err)
@@ -540,6 +551,26 @@ fn answer(chan: &mut Channel) -> Result<Value> {
     }
     let r: proto::Response = proto::decode(chan.buf.bytes())?;
     r.map_err(Error::from)
+}
+
+/// The agent ended the session (it exited or was killed): no completion
+/// will come. Every CQ reports an error (waiters and completion channels
+/// wake) and raises IBV_EVENT_CQ_ERR.
+fn nic_gone(events: &EventQueue, cqs: &Mutex<HashMap<u32, Weak<CqShared>>>) {
+    tracing::error!("the urdma NIC agent ended the session");
+    let cqs: Vec<(u32, Arc<CqShared>)> = cqs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(|(n, w)| w.upgrade().map(|c| (*n, c)))
+        .collect();
+    for (cqn, cq) in cqs {
+        cq.fail();
+        events.push([AsyncEvent {
+            kind: AsyncEventKind::CqErr,
+            object: cqn,
+        }]);
+    }
 }
 
 /// Deliver the agent's events: CQ notifications to the CQ's notifier,

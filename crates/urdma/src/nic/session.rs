@@ -54,6 +54,8 @@ pub struct Session {
     pub id: u64,
     /// Its process id.
     pub pid: u32,
+    /// Its user.
+    uid: u32,
     /// The process's command name.
     command: String,
     mem: Arc<File>,
@@ -73,14 +75,16 @@ fn not_found(what: &str, n: u32) -> Error {
 }
 
 impl Session {
-    /// A session of process `pid` with its memory file and event socket.
-    pub fn new(id: u64, pid: u32, mem: File, events: OwnedFd) -> Self {
+    /// A session of process `pid` of user `uid` with its memory file and
+    /// event socket.
+    pub fn new(id: u64, pid: u32, uid: u32, mem: File, events: OwnedFd) -> Self {
         let command = std::fs::read_to_string(format!("/proc/{pid}/comm"))
             .map(|s| s.trim_end().to_string())
             .unwrap_or_default();
         Session {
             id,
             pid,
+            uid,
             command,
             mem: Arc::new(mem),
             events: Arc::new(EventSink::new(events)),
@@ -355,6 +359,14 @@ impl Session {
                 return Err(Error::inval("doorbells run through handle_doorbells"))
             }
             R::Capture { limit } => {
+                // A capture holds every process's traffic on the device.
+                let me = nix::unistd::getuid().as_raw();
+                if self.uid != me && self.uid != 0 {
+                    return Err(Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        "capturing a shared NIC's traffic needs root or the NIC agent's user",
+                    )));
+                }
                 let fd = fds
                     .pop()
                     .ok_or_else(|| Error::inval("capture file missing"))?;
