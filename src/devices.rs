@@ -35,10 +35,7 @@ fn attributes(cfg: &DeviceConfig) -> DeviceAttr {
 /// publish (the same records `urdma stat` reads).
 fn nic_state(cfg: &DeviceConfig, published: &[Published]) -> String {
     let addr = std::net::SocketAddr::new(cfg.addr, cfg.port).to_string();
-    let Some(p) = published
-        .iter()
-        .find(|p| p.live && p.stats.addr == addr)
-    else {
+    let Some(p) = published.iter().find(|p| p.live && p.stats.addr == addr) else {
         return "not running (the NIC agent starts when a program opens the device)".into();
     };
     let pid = p.stats.pid;
@@ -47,7 +44,12 @@ fn nic_state(cfg: &DeviceConfig, published: &[Published]) -> String {
     if !is_agent {
         return format!("inside process {pid} (URDMA_NIC=embedded)");
     }
-    let users: Vec<String> = p.stats.processes.iter().map(|u| u.pid.to_string()).collect();
+    let users: Vec<String> = p
+        .stats
+        .processes
+        .iter()
+        .map(|u| u.pid.to_string())
+        .collect();
     match users.len() {
         0 => format!("NIC agent pid {pid}, no process attached"),
         n => format!(

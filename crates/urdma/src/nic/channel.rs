@@ -105,14 +105,14 @@ pub fn raise_fd_limit() {
     }
 }
 
-/// Keep up to 16 MiB of freed memory in the allocator instead of giving
+/// Keep up to 4 MiB of freed memory in the allocator instead of giving
 /// it back after every burst: the receive threads build and free many
 /// packets at a time, and a heap shrunk after each burst costs page faults
 /// on the next. [`release_free_memory`] still returns it when a session
 /// ends.
 pub fn keep_free_memory() {
     // SAFETY: mallopt only changes a tuning parameter of the C allocator.
-    unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, 16 << 20) };
+    unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, 4 << 20) };
 }
 
 /// Give the memory the allocator keeps free back to the system (a
