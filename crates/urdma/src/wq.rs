@@ -298,7 +298,9 @@ impl WorkRing {
     /// look at the ring again.
     pub fn arm(&self) -> bool {
         self.doorbell().store(1, SeqCst);
-        if self.pending() == Ok(0) {
+        // SeqCst, pairing with the driver's store of `prod` and load of
+        // the doorbell: one side sees the other.
+        if self.prod().load(SeqCst) == self.cons.load(Relaxed) {
             return true;
         }
         self.doorbell().store(0, SeqCst);

@@ -359,5 +359,10 @@ pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         let deadline = qp.ack_timeout_ns().map(|t| cx.now + t);
         qp.timers.set(TimerKind::Retransmit, deadline);
     }
+    // A revisit of the driver's rings: the pump below takes its sends; in
+    // ERR its receives are flushed too.
+    if qp.timers.take_expired(TimerKind::Revisit, cx.now) && qp.state() == QpState::Err {
+        super::rings::flush_rings(qp, cx);
+    }
     requester::pump(qp, cx);
 }

@@ -6,8 +6,9 @@
 //! it cannot take) completes with an error status, as a NIC reports a bad
 //! WQE it fetched; a malformed ring breaks only its own QP.
 
-use super::objects::{build_recv_wqe, enqueue_send, RecvRequest, SendRequest};
+use super::objects::{build_recv_wqe, enqueue_failed, enqueue_send, RecvRequest, SendRequest};
 use super::qp::QpCtx;
+use super::timer::TimerKind;
 use super::wqe::RecvWqe;
 use super::{requester, Ctx, Engine};
 use crate::error::{Error, Result};
@@ -53,7 +54,11 @@ pub fn pull_sends(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     if !takes_sends(qp) {
         return;
     }
-    while qp.req.sq.len() < qp.cap.max_send_wr as usize {
+    // At most a ring's worth per call, however fast the driver refills it.
+    for _ in 0..ring.capacity() {
+        if qp.req.sq.len() >= qp.cap.max_send_wr as usize {
+            return;
+        }
         let wr = match ring.pop::<SendRequest>() {
             None => return,
             Some(Ok(wr)) => wr,
@@ -63,18 +68,18 @@ pub fn pull_sends(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
                 continue;
             }
         };
-        let (id, op) = (wr.wr_id, wr.op.wc_opcode());
-        let done = match enqueue_send(qp, cx, wr) {
-            Ok(None) => continue,
-            Ok(Some(flushed)) => flushed,
-            Err(e) => {
-                tracing::debug!(qpn = qp.qpn, error = %e, "send request refused");
-                WorkCompletion::new(id, refused_status(&e), op, qp.qpn)
-            }
-        };
-        // Its room is free before its completion is seen.
-        ring.retire(1);
-        qp.push_wc(cx, done, false, false);
+        let (id, op) = (wr.wr_id, wr.op);
+        if qp.state() == QpState::Err {
+            // Its room is free before its completion is seen.
+            ring.retire(1);
+            let wc = WorkCompletion::new(id, WcStatus::WrFlushErr, op.wc_opcode(), qp.qpn);
+            qp.push_wc(cx, wc, false, false);
+            continue;
+        }
+        if let Err(e) = enqueue_send(qp, cx, wr) {
+            tracing::debug!(qpn = qp.qpn, error = %e, "send request refused");
+            enqueue_failed(qp, id, op, refused_status(&e));
+        }
     }
 }
 
@@ -107,11 +112,9 @@ pub fn pump_rings(qp: &mut QpCtx, cx: &mut Ctx<'_>, transmit: impl Fn(&mut QpCtx
             return;
         }
     }
-    // A driver that keeps posting as fast as the engine drains: it rings
-    // for the rest.
-    if let Some(ring) = &qp.rings.sq {
-        ring.arm();
-    }
+    // A driver that keeps posting as fast as the engine drains: come back
+    // for the rest once other work had the engine.
+    qp.timers.set(TimerKind::Revisit, Some(cx.now));
 }
 
 /// Take the next receive request from `ring`, checked against the queue's
@@ -124,7 +127,8 @@ pub fn take_recv_from(
     mrs: &MrTable,
     refused: &mut Vec<(u64, WcStatus)>,
 ) -> Option<RecvWqe> {
-    loop {
+    // At most a ring's worth per call, however fast the driver refills it.
+    for _ in 0..ring.capacity() {
         let got = ring.pop::<RecvRequest>()?;
         ring.retire(1);
         let wr = match got {
@@ -143,6 +147,7 @@ pub fn take_recv_from(
             }
         }
     }
+    None
 }
 
 /// Complete refused receive requests on `qp`'s receive CQ.

@@ -8,11 +8,18 @@ pub(crate) enum TimerKind {
     Retransmit,
     /// An RNR NAK asked the requester to wait before resending.
     RnrBackoff,
+    /// The driver posted faster than one visit takes: come back for the
+    /// rest of its ring once the engine lock has been released.
+    Revisit,
 }
 
 impl TimerKind {
     /// Every kind.
-    const ALL: [TimerKind; 2] = [TimerKind::Retransmit, TimerKind::RnrBackoff];
+    const ALL: [TimerKind; 3] = [
+        TimerKind::Retransmit,
+        TimerKind::RnrBackoff,
+        TimerKind::Revisit,
+    ];
 }
 
 /// Deadlines (engine time, ns) of a QP's timers; a timer without a

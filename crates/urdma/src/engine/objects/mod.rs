@@ -331,6 +331,31 @@ pub(crate) fn enqueue_send(
     Ok(None)
 }
 
+/// Queue a send request the NIC refused as a WQE that fails in order:
+/// when it reaches the head of the SQ it completes with `status` and the
+/// QP enters ERR, as a NIC reports a bad WQE it fetched.
+pub(crate) fn enqueue_failed(qp: &mut QpCtx, wr_id: u64, op: SendOp, status: WcStatus) {
+    let mut wqe = SendWqe {
+        wr_id,
+        op,
+        payload: Payload::Sges(Vec::new()),
+        len: 0,
+        remote_va: 0,
+        rkey: 0,
+        signaled: true,
+        solicited: false,
+        ud: None,
+        first_psn: 0,
+        npsn: 1,
+        local_error: Some(status),
+    };
+    if qp.qp_type != QpType::Ud {
+        wqe.first_psn = qp.req.tail_psn;
+        qp.req.tail_psn = psn::add(qp.req.tail_psn, wqe.npsn);
+    }
+    qp.req.sq.push_back(wqe);
+}
+
 /// Check a receive request against a queue's limits and resolve its
 /// buffers in `pd`.
 pub(crate) fn build_recv_wqe(
