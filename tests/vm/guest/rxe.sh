@@ -123,6 +123,15 @@ run_pair() {
   wait $spid
   local src=$?
   local label="$name, $dir (server $(echo "$dir" | cut -d- -f1))"
+  # Under loss a ping-pong client that got every reply exits while the
+  # ACK of the server's last message may still be lost: the server then
+  # cannot finish, whatever the two ends do. Run such a pair once more.
+  if [ -n "${ONCE_MORE_IF_LAST_ACK_LOST:-}" ] && [ $crc = 0 ] && [ $src != 0 ] &&
+    grep -q "iters in" "$W/cli"; then
+    echo "    # $label: the client finished, the server did not (status $src): once more"
+    ONCE_MORE_IF_LAST_ACK_LOST= run_pair "$name" "$dir" "$kind" "$@"
+    return
+  fi
   if [ $crc = 0 ] && [ $src = 0 ]; then
     ok "$label"
     figure "$name" "$dir"
@@ -166,7 +175,7 @@ faulty() {
     return
   fi
   for dir in rxe-urdma urdma-rxe; do
-    run_pair "ibv_rc_pingpong -c -s 65536, $name" $dir -g ibv_rc_pingpong -c -s 65536 -n 20
+    ONCE_MORE_IF_LAST_ACK_LOST=1 run_pair "ibv_rc_pingpong -c -s 65536, $name" $dir -g ibv_rc_pingpong -c -s 65536 -n 20
     run_pair "ib_write_bw 64 KiB, $name" $dir -x ib_write_bw -s 65536 -n 50 -m 1024 -F
     run_pair "ib_read_bw 64 KiB, $name" $dir -x ib_read_bw -s 65536 -n 50 -m 1024 -F
   done

@@ -89,15 +89,20 @@ fn takes_sends(qp: &QpCtx) -> bool {
 }
 
 /// After the requester's work: true if nothing more is to be pulled now.
-/// When nothing is left that would bring the engine back to the QP (no
-/// WQE waiting for an acknowledgement or a timer, or the QP in ERR), the
-/// doorbell is armed; false means a post arrived meanwhile.
+/// When a new request could be sent at once (everything queued has been
+/// transmitted, so the send window or credits do not hold it back, or the
+/// QP is in ERR), the doorbell is armed, so that a post is taken without
+/// waiting for the next acknowledgement; false means a post arrived
+/// meanwhile.
 pub fn settled(qp: &QpCtx) -> bool {
     let Some(ring) = &qp.rings.sq else {
         return true;
     };
+    // Unsent work waits for an acknowledgement, a timer or a transition,
+    // which come back; so does a full SQ, with a completion.
+    let held = qp.req.send_pos < qp.req.sq.len() || qp.req.sq.len() >= qp.cap.max_send_wr as usize;
     // Before RTS the transition to RTS comes back for what was posted.
-    if !takes_sends(qp) || (!qp.req.sq.is_empty() && qp.state() != QpState::Err) {
+    if !takes_sends(qp) || (held && qp.state() != QpState::Err) {
         return true;
     }
     ring.arm()
