@@ -30,9 +30,10 @@
 //! # Doorbells
 //!
 //! The NIC looks at a send ring whenever it works on the QP (a post, an
-//! acknowledgement, a timer), so a busy QP needs no doorbell. When it finds
-//! nothing left to do it arms the doorbell (store 1, SeqCst) and checks the
-//! ring again; the driver publishes `prod` and then (SeqCst) swaps the
+//! acknowledgement, a timer), so a QP whose queued work waits for the send
+//! window needs no doorbell. When a new request could go out at once (all
+//! queued work transmitted, or the QP in ERR) it arms the doorbell (store
+//! 1, SeqCst) and checks the ring again; the driver publishes `prod` and then (SeqCst) swaps the
 //! doorbell to 0, telling the NIC if it was 1. Either the NIC sees the new
 //! request or the driver sees the armed doorbell, so no post is forgotten.
 

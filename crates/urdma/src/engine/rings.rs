@@ -2,9 +2,10 @@
 //! ([`WorkRing`]), as the engine reads them. Send requests are pulled into
 //! the SQ whenever the engine works on the QP (a post's doorbell, an
 //! acknowledgement, a timer); receive requests are taken one at a time when
-//! a message needs one. A request the engine refuses (a bad key, a length
-//! it cannot take) completes with an error status, as a NIC reports a bad
-//! WQE it fetched; a malformed ring breaks only its own QP.
+//! a message needs one. A send request the engine refuses fails in order
+//! and moves the QP to ERR, as a NIC reports a bad WQE it fetched; a
+//! refused receive request completes with an error status and is skipped;
+//! a malformed ring breaks only its own QP.
 
 use super::objects::{build_recv_wqe, enqueue_failed, enqueue_send, RecvRequest, SendRequest};
 use super::qp::QpCtx;

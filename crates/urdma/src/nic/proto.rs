@@ -8,7 +8,7 @@
 //! [`Request::Doorbell`], which is not answered. Work requests do not travel
 //! on the socket: a driver writes them into work queue rings in shared
 //! memory ([`crate::wq`]) and rings a doorbell only when the NIC asked for
-//! one (the QP had nothing in flight); completions come back through CQ
+//! one (a new request could go out at once); completions come back through CQ
 //! rings in shared memory. Rings travel as descriptors: a CQ's with
 //! [`Request::CreateCq`], a QP's send and receive queues (the receive queue
 //! only without an SRQ) with [`Request::CreateQp`], an SRQ's with
