@@ -65,6 +65,10 @@ fn trials() -> Vec<Trial> {
         trial("queue_send_full", queues::send_queue_full),
         trial("queue_recv_full", queues::recv_queue_full),
         trial("queue_send_refills", queues::send_queue_refills),
+        trial(
+            "queue_recv_buffer_deregistered",
+            queues::recv_buffer_deregistered,
+        ),
         trial("err_cq_overrun", faults::cq_overrun),
         trial("err_send_too_long", faults::send_too_long),
         trial("err_malformed_packets", faults::malformed_packets),

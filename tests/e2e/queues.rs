@@ -110,3 +110,41 @@ pub fn send_queue_refills() {
         }
     }
 }
+
+/// A receive request whose buffer was deregistered after it was posted:
+/// the SEND that needs it completes it with LOC_PROT_ERR, the sender gets
+/// a remote operational error NAK, the receiving QP goes to ERR and flushes
+/// the request behind it; nothing lands in a later buffer.
+pub fn recv_buffer_deregistered() {
+    let mut f = Fixture::new();
+    let l = f.connect(&ConnOpts::default());
+    let gone = f.mr(64, ALL);
+    let kept = f.mr(64, ALL);
+    l.qp.post_recv(RecvWr::new(1, &[gone.slice(0, 64).unwrap()]))
+        .unwrap();
+    l.qp.post_recv(RecvWr::new(2, &[kept.slice(0, 64).unwrap()]))
+        .unwrap();
+    drop(gone);
+    let src = f.peer_mr(64, ALL);
+    f.peer.fill(src.id, 0, 64, 0x51);
+    f.peer.post_send(
+        l.pqp,
+        9,
+        WrSpec::Send {
+            sges: vec![sge(&src, 0, 64)],
+        },
+    );
+    let first = wait_wc(&f.cq);
+    assert_eq!(
+        (first.wr_id, first.status, first.opcode),
+        (1, WcStatus::LocProtErr, WcOpcode::Recv)
+    );
+    let second = wait_wc(&f.cq);
+    assert_eq!((second.wr_id, second.status), (2, WcStatus::WrFlushErr));
+    assert_eq!(l.qp.query().unwrap().qp_state, urdma::QpState::Err);
+    let theirs = f.peer.poll(f.pcq, 1);
+    assert_eq!((theirs[0].wr_id, theirs[0].status), (9, WcStatus::RemOpErr));
+    let mut placed = [0u8; 64];
+    kept.read_at(0, &mut placed).unwrap();
+    assert_eq!(placed, [0u8; 64], "nothing placed");
+}

@@ -4,8 +4,9 @@
 //! acknowledgement, a timer); receive requests are taken one at a time when
 //! a message needs one. A send request the engine refuses fails in order
 //! and moves the QP to ERR, as a NIC reports a bad WQE it fetched; a
-//! refused receive request completes with an error status and is skipped;
-//! a malformed ring breaks only its own QP.
+//! refused receive request (a buffer outside the PD's MRs) completes with
+//! an error status and the message that needed it cannot be placed (an RC
+//! QP NAKs it and goes to ERR); a malformed ring breaks only its own QP.
 
 use super::objects::{build_recv_wqe, enqueue_failed, enqueue_send, RecvRequest, SendRequest};
 use super::qp::QpCtx;
@@ -29,16 +30,6 @@ pub struct QpRings {
     pub sq: Option<Arc<WorkRing>>,
     /// Receive queue (None with an SRQ).
     pub rq: Option<Arc<WorkRing>>,
-}
-
-/// The completion status of a request the engine refused after the
-/// driver's own checks passed.
-pub fn refused_status(e: &Error) -> WcStatus {
-    match e {
-        Error::InvalidArgument(m) if m.contains("key") => WcStatus::LocProtErr,
-        Error::InvalidArgument(_) => WcStatus::LocLenErr,
-        _ => WcStatus::LocQpOpErr,
-    }
 }
 
 /// A ring that cannot be read any more: the QP goes to ERR.
@@ -79,7 +70,9 @@ pub fn pull_sends(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         }
         if let Err(e) = enqueue_send(qp, cx, wr) {
             tracing::debug!(qpn = qp.qpn, error = %e, "send request refused");
-            enqueue_failed(qp, id, op, refused_status(&e));
+            // The driver ran the same checks: what fails here is a bad
+            // WQE, as a NIC reports one it fetched.
+            enqueue_failed(qp, id, op, WcStatus::LocQpOpErr);
         }
     }
 }
@@ -123,19 +116,30 @@ pub fn pump_rings(qp: &mut QpCtx, cx: &mut Ctx<'_>, transmit: impl Fn(&mut QpCtx
     qp.timers.set(TimerKind::Revisit, Some(cx.now));
 }
 
+/// Why no receive request was taken from a ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoRecv {
+    /// Nothing posted.
+    Empty,
+    /// The next request was refused (a buffer outside the PD's MRs, more
+    /// SGEs than the queue allows) and completed in error; the message
+    /// that needed it cannot be placed.
+    Refused,
+}
+
 /// Take the next receive request from `ring`, checked against the queue's
-/// `max_sge` and resolved in `pd`. Refused requests are skipped and
-/// returned in `refused` (wr_id, status) for error completions.
+/// `max_sge` and resolved in `pd`. A refused request is taken too: its
+/// wr_id and status go to `refused`, for an error completion.
 pub fn take_recv_from(
     ring: &WorkRing,
     max_sge: u32,
     pd: u32,
     mrs: &MrTable,
-    refused: &mut Vec<(u64, WcStatus)>,
-) -> Option<RecvWqe> {
-    // At most a ring's worth per call, however fast the driver refills it.
+    refused: &mut Option<(u64, WcStatus)>,
+) -> Result<RecvWqe, NoRecv> {
+    // Unreadable slots are skipped, at most a ring's worth per call.
     for _ in 0..ring.capacity() {
-        let got = ring.pop::<RecvRequest>()?;
+        let got = ring.pop::<RecvRequest>().ok_or(NoRecv::Empty)?;
         ring.retire(1);
         let wr = match got {
             Ok(wr) => wr,
@@ -145,29 +149,27 @@ pub fn take_recv_from(
             }
         };
         let id = wr.wr_id;
-        match build_recv_wqe(max_sge, pd, mrs, wr) {
-            Ok(w) => return Some(w),
-            Err(e) => {
-                tracing::debug!(error = %e, "receive request refused");
-                refused.push((id, refused_status(&e)));
-            }
-        }
+        return build_recv_wqe(max_sge, pd, mrs, wr).map_err(|r| {
+            tracing::debug!(error = %r.error, "receive request refused");
+            *refused = Some((id, r.status));
+            NoRecv::Refused
+        });
     }
-    None
+    Err(NoRecv::Empty)
 }
 
-/// Complete refused receive requests on `qp`'s receive CQ.
-pub fn complete_refused(qp: &mut QpCtx, cx: &mut Ctx<'_>, refused: Vec<(u64, WcStatus)>) {
-    for (id, status) in refused {
+/// Complete a refused receive request on `qp`'s receive CQ.
+pub fn complete_refused(qp: &mut QpCtx, cx: &mut Ctx<'_>, refused: Option<(u64, WcStatus)>) {
+    if let Some((id, status)) = refused {
         let wc = WorkCompletion::new(id, status, WcOpcode::Recv, qp.qpn);
         qp.push_wc(cx, wc, true, false);
     }
 }
 
 /// Take the next receive request of a QP's own ring.
-pub fn take_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Option<RecvWqe> {
-    let ring = qp.rings.rq.clone()?;
-    let mut refused = Vec::new();
+pub fn take_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Result<RecvWqe, NoRecv> {
+    let ring = qp.rings.rq.clone().ok_or(NoRecv::Empty)?;
+    let mut refused = None;
     let w = take_recv_from(&ring, qp.cap.max_recv_sge, qp.pd, cx.mrs, &mut refused);
     complete_refused(qp, cx, refused);
     w

@@ -2,8 +2,9 @@
 
 use super::objects::{build_recv_wqe, RecvRequest};
 use super::qp::QpCtx;
+use super::rings::{self, NoRecv};
 use super::wqe::RecvWqe;
-use super::{rings, Ctx, Engine};
+use super::{Ctx, Engine};
 use crate::error::{Error, Result};
 use crate::types::AsyncEventKind;
 use crate::wq::WorkRing;
@@ -39,16 +40,22 @@ pub struct SrqAttr {
 }
 
 /// Take the next receive WQE of `qp` (from its SRQ if it has one).
-pub fn pop_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Option<RecvWqe> {
+pub fn pop_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Result<RecvWqe, NoRecv> {
     let Some(n) = qp.srq else {
-        return qp.rq.pop_front().or_else(|| rings::take_recv(qp, cx));
+        return match qp.rq.pop_front() {
+            Some(w) => Ok(w),
+            None => rings::take_recv(qp, cx),
+        };
     };
-    let srq = cx.srqs.get_mut(&n)?;
-    let mut refused = Vec::new();
-    let w = srq.rq.pop_front().or_else(|| {
-        let ring = srq.ring.as_ref()?;
-        rings::take_recv_from(ring, srq.max_sge, srq.pd, cx.mrs, &mut refused)
-    });
+    let srq = cx.srqs.get_mut(&n).ok_or(NoRecv::Empty)?;
+    let mut refused = None;
+    let w = match (srq.rq.pop_front(), srq.ring.as_ref()) {
+        (Some(w), _) => Ok(w),
+        (None, Some(ring)) => {
+            rings::take_recv_from(ring, srq.max_sge, srq.pd, cx.mrs, &mut refused)
+        }
+        (None, None) => Err(NoRecv::Empty),
+    };
     let waiting = srq.rq.len() as u64 + srq.ring.as_ref().map_or(0, |r| r.pending().unwrap_or(0));
     if srq.limit != 0 && waiting < u64::from(srq.limit) {
         srq.limit = 0;

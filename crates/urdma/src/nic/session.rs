@@ -214,8 +214,7 @@ impl Session {
                 if !self.mrs.contains_key(&key) {
                     return Err(not_found("MR", key));
                 }
-                let entry = d.call(DeregMr { key })?;
-                entry.mem.invalidate();
+                d.call(DeregMr { key })?;
                 self.mrs.remove(&key);
                 Value::Done
             }

@@ -135,11 +135,16 @@ impl Engine {
         Ok(entry)
     }
 
-    /// Deregister an MR; in-flight work keeps the memory alive until done.
+    /// Deregister an MR. Its memory is out of reach at once: work that
+    /// still names it (a posted receive, a send in flight, a peer's
+    /// request) fails with a protection error instead of touching it.
     pub(crate) fn dereg_mr(&mut self, key: u32) -> Result<Arc<MrEntry>> {
-        self.mrs
+        let entry = self
+            .mrs
             .remove(&key)
-            .ok_or_else(|| Error::NotFound(format!("mr key {key:#x}")))
+            .ok_or_else(|| Error::NotFound(format!("mr key {key:#x}")))?;
+        entry.mem.invalidate();
+        Ok(entry)
     }
 
     /// Create a QP in the RESET state, taking its receives from an SRQ
@@ -356,6 +361,23 @@ pub(crate) fn enqueue_failed(qp: &mut QpCtx, wr_id: u64, op: SendOp, status: WcS
     qp.req.sq.push_back(wqe);
 }
 
+/// A receive request the engine refused: the error a poster sees, and
+/// the completion status a NIC that fetched the request reports.
+#[derive(Debug)]
+pub(crate) struct RecvRefused {
+    /// What was wrong.
+    pub error: Error,
+    /// LOC_PROT_ERR for a buffer outside the PD's MRs, LOC_QP_OP_ERR for
+    /// a request beyond the queue's limits.
+    pub status: WcStatus,
+}
+
+impl From<RecvRefused> for Error {
+    fn from(r: RecvRefused) -> Self {
+        r.error
+    }
+}
+
 /// Check a receive request against a queue's limits and resolve its
 /// buffers in `pd`.
 pub(crate) fn build_recv_wqe(
@@ -363,10 +385,16 @@ pub(crate) fn build_recv_wqe(
     pd: u32,
     mrs: &MrTable,
     wr: RecvRequest,
-) -> Result<RecvWqe> {
-    check_recv_sges(&wr, max_sge)?;
-    let sges = resolve_sges(mrs, pd, &wr.sges, AccessFlags::LOCAL_WRITE)
-        .map_err(|e| Error::inval(format!("receive buffer: {e}")))?;
+) -> std::result::Result<RecvWqe, RecvRefused> {
+    check_recv_sges(&wr, max_sge).map_err(|error| RecvRefused {
+        error,
+        status: WcStatus::LocQpOpErr,
+    })?;
+    let sges =
+        resolve_sges(mrs, pd, &wr.sges, AccessFlags::LOCAL_WRITE).map_err(|e| RecvRefused {
+            error: Error::inval(format!("receive buffer: {e}")),
+            status: WcStatus::LocProtErr,
+        })?;
     let len = crate::mr::total_len(&sges);
     Ok(RecvWqe {
         wr_id: wr.wr_id,

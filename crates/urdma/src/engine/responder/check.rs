@@ -7,6 +7,7 @@
 use super::error::{abandon_message, RespError};
 use super::MAX_MSG_SIZE;
 use crate::engine::qp::{QpCtx, WriteCtx};
+use crate::engine::rings::NoRecv;
 use crate::engine::wqe::RecvWqe;
 use crate::engine::{psn, srq, Ctx};
 use crate::mr::{self, MrEntry, MrTable};
@@ -281,9 +282,14 @@ pub(super) fn target<'m>(
     }
 }
 
-/// Take a new receive WQE for the request, or refuse it with RNR.
+/// Take a new receive WQE for the request, or refuse it: RNR when none
+/// is posted, a remote operational error when the next one is bad (it
+/// has completed in error already).
 pub(super) fn take_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Result<RecvWqe, RespError> {
-    srq::pop_recv(qp, cx).ok_or(RespError::Rnr)
+    srq::pop_recv(qp, cx).map_err(|e| match e {
+        NoRecv::Empty => RespError::Rnr,
+        NoRecv::Refused => RespError::RemoteOperational,
+    })
 }
 
 /// Step 6: the receive WQE a SEND fills (a new one for its first packet,
