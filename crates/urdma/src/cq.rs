@@ -72,9 +72,6 @@ use std::time::{Duration, Instant};
 /// Callback run when an armed CQ receives a completion.
 pub type CqNotifier = Box<dyn Fn() + Send + Sync>;
 
-/// How long a waiter keeps looking before it sleeps on the futex.
-const WAIT_SPIN: Duration = Duration::from_micros(50);
-
 const TAIL: usize = 0;
 const OVERRUN: usize = 8;
 const SEQ: usize = 12;
@@ -399,22 +396,6 @@ impl CqShared {
         h.overrun.load(SeqCst) != 0 || h.tail.load(SeqCst) != h.head.load(SeqCst)
     }
 
-    /// Poll for up to [`WAIT_SPIN`], giving the CPU away between looks;
-    /// true if something arrived. A completion that is microseconds away
-    /// (a reply on a fast path) is taken without the cost of sleeping and
-    /// being woken.
-    fn spin_until_ready(&self) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < WAIT_SPIN {
-            if self.ready() {
-                return true;
-            }
-            std::hint::spin_loop();
-            std::thread::yield_now();
-        }
-        self.ready()
-    }
-
     /// Block until at least one completion is available (or the CQ
     /// overran), then take up to `max`. `None` waits forever.
     pub fn wait(
@@ -425,18 +406,11 @@ impl CqShared {
     ) -> Result<usize> {
         let h = self.hdr();
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let mut spun = false;
         loop {
             {
                 let _g = self.lock_consumer();
                 if self.ready() {
                     return self.poll_locked(max, out);
-                }
-            }
-            if !spun {
-                spun = true;
-                if self.spin_until_ready() {
-                    continue;
                 }
             }
             let remaining = match deadline {
