@@ -44,7 +44,7 @@ pub enum Error {
     #[error("timed out")]
     Timeout,
     /// An operating system error (socket, memory allocation).
-    #[error("I/O error: {0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
