@@ -9,6 +9,7 @@
 
 #include <linux/list.h>
 #include <linux/netdevice.h>
+#include <linux/xarray.h>
 #include <rdma/ib_verbs.h>
 #include "urdma_limits.h"
 
@@ -19,6 +20,7 @@ struct urdma_dev {
 	struct ib_device ibdev;
 	struct net_device *ndev;	/* held from creation to dealloc */
 	struct list_head list;		/* on urdma_devices while registered */
+	struct xarray cqs;		/* user CQs by number, for the NIC's events */
 };
 
 static inline struct urdma_dev *to_urdma(struct ib_device *ibdev)
@@ -36,7 +38,13 @@ struct urdma_pd {
 
 struct urdma_cq {
 	struct ib_cq ibcq;
+	u32 id;				/* in urdma_dev.cqs (0: none) */
 };
+
+static inline struct urdma_cq *to_urdma_cq(struct ib_cq *ibcq)
+{
+	return container_of(ibcq, struct urdma_cq, ibcq);
+}
 
 struct urdma_qp {
 	struct ib_qp ibqp;
@@ -53,5 +61,8 @@ struct urdma_srq {
 extern const struct ib_device_ops urdma_dev_ops;
 
 void urdma_forget_device(struct urdma_dev *dev);
+struct urdma_dev *urdma_get_by_name(const char *name);
+int urdma_nic_register(void);
+void urdma_nic_unregister(void);
 
 #endif /* URDMA_H */

@@ -27,6 +27,23 @@ void urdma_forget_device(struct urdma_dev *dev)
 	}
 }
 
+/* Find our device named @name, with a reference, or NULL. */
+struct urdma_dev *urdma_get_by_name(const char *name)
+{
+	struct urdma_dev *dev, *found = NULL;
+
+	mutex_lock(&urdma_devices_lock);
+	list_for_each_entry(dev, &urdma_devices, list) {
+		if (!strcmp(dev_name(&dev->ibdev.dev), name) &&
+		    ib_device_try_get(&dev->ibdev)) {
+			found = dev;
+			break;
+		}
+	}
+	mutex_unlock(&urdma_devices_lock);
+	return found;
+}
+
 /* Find our device bound to @ndev, with a reference, or NULL. */
 static struct urdma_dev *urdma_get_by_netdev(struct net_device *ndev)
 {
@@ -60,6 +77,7 @@ static int urdma_newlink(const char *ibdev_name, struct net_device *ndev)
 		return -ENOMEM;
 
 	INIT_LIST_HEAD(&dev->list);
+	xa_init_flags(&dev->cqs, XA_FLAGS_ALLOC1);
 	dev_hold(ndev);
 	dev->ndev = ndev;
 
@@ -153,6 +171,11 @@ static int __init urdma_init(void)
 	err = register_netdevice_notifier(&urdma_netdev_notifier);
 	if (err)
 		return err;
+	err = urdma_nic_register();
+	if (err) {
+		unregister_netdevice_notifier(&urdma_netdev_notifier);
+		return err;
+	}
 	rdma_link_register(&urdma_link_ops);
 	return 0;
 }
@@ -163,6 +186,7 @@ static void __exit urdma_exit(void)
 	bool got;
 
 	rdma_link_unregister(&urdma_link_ops);
+	urdma_nic_unregister();
 	unregister_netdevice_notifier(&urdma_netdev_notifier);
 
 	/*

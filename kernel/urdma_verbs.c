@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * Device operations of urdma. Device, port and GID queries are answered
- * here; queues, memory registration and the data path live in the
- * userspace engine, so the kernel verbs that would create them refuse
- * with -EOPNOTSUPP.
+ * here; queues, memory registration and the data path live in the NIC
+ * (the userspace engine). User CQs exist here too, so that the NIC can
+ * raise their completion events on the kernel's completion channels
+ * (see urdma_nic.c); the kernel verbs that would create kernel-owned
+ * queues refuse with -EOPNOTSUPP.
  */
 #include <linux/etherdevice.h>
 #include <rdma/ib_mad.h>
 #include <rdma/ib_verbs.h>
 #include "urdma.h"
+#include "urdma_abi.h"
 
 static int urdma_query_device(struct ib_device *ibdev,
 			      struct ib_device_attr *attr,
@@ -124,14 +127,44 @@ static int urdma_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
 	return 0;
 }
 
-static int urdma_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
+static int urdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 			   struct ib_udata *udata)
 {
-	return -EOPNOTSUPP;
+	struct urdma_dev *dev = to_urdma(ibcq->device);
+	struct urdma_cq *cq = to_urdma_cq(ibcq);
+	struct urdma_create_cq_resp resp = {};
+	int err;
+
+	/* CQs of kernel consumers would need kernel verbs of the NIC. */
+	if (!udata)
+		return -EOPNOTSUPP;
+	if (attr->flags)
+		return -EOPNOTSUPP;
+	if (attr->cqe < 1 || attr->cqe > URDMA_MAX_CQE)
+		return -EINVAL;
+	if (udata->outlen < sizeof(resp))
+		return -EINVAL;
+
+	err = xa_alloc(&dev->cqs, &cq->id, cq, xa_limit_31b, GFP_KERNEL);
+	if (err)
+		return err;
+	ibcq->cqe = attr->cqe;
+	resp.cq = cq->id;
+	err = ib_copy_to_udata(udata, &resp, sizeof(resp));
+	if (err) {
+		xa_erase(&dev->cqs, cq->id);
+		cq->id = 0;
+	}
+	return err;
 }
 
-static int urdma_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
+static int urdma_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 {
+	struct urdma_cq *cq = to_urdma_cq(ibcq);
+
+	/* After this, no NIC event reaches the CQ (see urdma_nic_cq_event). */
+	if (cq->id)
+		xa_erase(&to_urdma(ibcq->device)->cqs, cq->id);
 	return 0;
 }
 
@@ -140,6 +173,7 @@ static int urdma_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc)
 	return 0;
 }
 
+/* User CQs are armed at the NIC, through the CQ's shared memory. */
 static int urdma_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
 {
 	return -EOPNOTSUPP;
@@ -195,7 +229,10 @@ static int urdma_dereg_mr(struct ib_mr *mr, struct ib_udata *udata)
 
 static void urdma_dealloc_driver(struct ib_device *ibdev)
 {
-	urdma_forget_device(to_urdma(ibdev));
+	struct urdma_dev *dev = to_urdma(ibdev);
+
+	urdma_forget_device(dev);
+	xa_destroy(&dev->cqs);
 }
 
 const struct ib_device_ops urdma_dev_ops = {

@@ -227,6 +227,31 @@ pub struct ib_uverbs_get_context_resp {
     pub num_comp_vectors: u32,
 }
 
+/// `struct ibv_create_cq`: the CREATE_CQ command of the write interface
+/// (header and core payload), with no driver data.
+#[repr(C)]
+pub struct ibv_create_cq {
+    pub command: u32,
+    pub in_words: u16,
+    pub out_words: u16,
+    pub user_handle: u64,
+    pub cqe: u32,
+    pub comp_vector: u32,
+    pub comp_channel: i32,
+    pub reserved: u32,
+}
+
+/// `struct ib_uverbs_create_cq_resp` followed by urdma.ko's driver data
+/// (`struct urdma_create_cq_resp`: the CQ's number).
+#[repr(C)]
+#[derive(Default)]
+pub struct CreateCqResp {
+    pub cq_handle: u32,
+    pub cqe: u32,
+    pub cq: u32,
+    pub reserved: u32,
+}
+
 #[link(name = "ibverbs")]
 extern "C" {
     /// Register a provider (called from its ELF constructor).
@@ -254,6 +279,23 @@ extern "C" {
         resp: *mut ib_uverbs_get_context_resp,
         resp_size: usize,
     ) -> c_int;
+    /// Create the kernel's CQ for `cq` (sets its context, handle and cqe),
+    /// with `channel` (the library's, or NULL) for its completion events.
+    /// Returns 0 or an errno.
+    pub fn ibv_cmd_create_cq(
+        context: *mut ibv_context,
+        cqe: c_int,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
+        cq: *mut ibv_cq,
+        cmd: *mut ibv_create_cq,
+        cmd_size: usize,
+        resp: *mut CreateCqResp,
+        resp_size: usize,
+    ) -> c_int;
+    /// Destroy the kernel's CQ of `cq`, waiting until every completion
+    /// and asynchronous event it reported was acknowledged.
+    pub fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
 }
 
 #[cfg(test)]
@@ -343,6 +385,15 @@ mod tests {
         assert_eq!(offset_of!(verbs_context_ops, reg_mr), 68 * 8);
         assert_eq!(offset_of!(verbs_context_ops, req_notify_cq), 69 * 8);
         assert_eq!(offset_of!(verbs_context_ops, unimport_pd), 75 * 8);
+    }
+
+    #[test]
+    fn create_cq_layout() {
+        assert_eq!(size_of::<ibv_create_cq>(), 32);
+        assert_eq!(offset_of!(ibv_create_cq, user_handle), 8);
+        assert_eq!(offset_of!(ibv_create_cq, comp_channel), 24);
+        assert_eq!(size_of::<CreateCqResp>(), 16);
+        assert_eq!(offset_of!(CreateCqResp, cq), 8);
     }
 
     #[test]

@@ -19,13 +19,17 @@
 //! others are refused with `EINVAL`.
 //!
 //! Completion channels and asynchronous events of the system library use
-//! the kernel's event files, which this data path does not signal: CQs
-//! with a completion channel are refused and no asynchronous event is
-//! reported.
+//! the kernel's event files. Every CQ made with `ibv_create_cq` exists in
+//! the kernel module too ([`kernel_cq`]), and the NIC raises the events
+//! of a CQ with a completion channel there (this needs a NIC that can
+//! open `/dev/urdma`: one started by root, or run as root). CQs made with
+//! `ibv_create_cq_ex` and a channel are refused, and no asynchronous
+//! event is reported yet.
 
 #![allow(clippy::missing_safety_doc)]
 
 pub mod driver;
+pub mod kernel_cq;
 pub mod ops;
 
 use driver::*;
@@ -123,7 +127,8 @@ unsafe extern "C" fn uninit_device(device: *mut verbs_device) {
     }
 }
 
-fn c_string(s: &[c_char]) -> String {
+/// A C string in a fixed-size array, up to its first NUL.
+pub fn c_string(s: &[c_char]) -> String {
     let bytes: Vec<u8> = s
         .iter()
         .take_while(|&&c| c != 0)

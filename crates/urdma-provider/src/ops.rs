@@ -7,17 +7,6 @@ use std::os::raw::{c_int, c_uint, c_void};
 use urdma_verbs as v;
 use urdma_verbs::sys::*;
 
-/// `create_cq`: the library sets the CQ's user context afterwards.
-unsafe extern "C" fn create_cq(
-    context: *mut ibv_context,
-    cqe: c_int,
-    channel: *mut ibv_comp_channel,
-    comp_vector: c_int,
-) -> *mut ibv_cq {
-    // SAFETY: the caller's contract is the verbs'.
-    unsafe { v::cq::create_cq(context, cqe, std::ptr::null_mut(), channel, comp_vector) }
-}
-
 /// `reg_mr`: the library passes the IOVA and the access flags as an int.
 unsafe extern "C" fn reg_mr(
     pd: *mut ibv_pd,
@@ -73,7 +62,7 @@ pub static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     alloc_pd: Some(v::pd::alloc_pd),
     attach_mcast: Some(v::misc::attach_mcast),
     create_ah: Some(v::ah::create_ah),
-    create_cq: Some(create_cq),
+    create_cq: Some(crate::kernel_cq::create_cq),
     create_cq_ex: Some(v::cq::create_cq_ex),
     create_qp: Some(v::qp::create_qp),
     create_qp_ex: Some(v::qp::create_qp_ex),
@@ -82,7 +71,7 @@ pub static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     dealloc_pd: Some(v::pd::dealloc_pd),
     dereg_mr: Some(dereg_mr),
     destroy_ah: Some(v::ah::destroy_ah),
-    destroy_cq: Some(v::cq::destroy_cq),
+    destroy_cq: Some(crate::kernel_cq::destroy_cq),
     destroy_qp: Some(v::qp::destroy_qp),
     destroy_srq: Some(v::srq::destroy_srq),
     detach_mcast: Some(v::misc::detach_mcast),

@@ -61,6 +61,12 @@ impl Cq {
         self.cq.cqn()
     }
 
+    /// True while a QP uses the CQ (or the NIC cannot say).
+    pub fn in_use(&self) -> bool {
+        let cqn = self.cqn();
+        self.dev.device.call(CqInUse { cqn }).unwrap_or(true)
+    }
+
     /// One asynchronous event acknowledged.
     pub fn ack_async(&self) {
         let n = self.async_acks.acked(1);
@@ -224,8 +230,7 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
         ret_errno((|| {
             let q = Cq::from_ptr(cq)?;
             let cqn = q.cqn();
-            let busy = q.dev.device.call(CqInUse { cqn }).unwrap_or(true);
-            ensure(!busy, libc::EBUSY)?;
+            ensure(!q.in_use(), libc::EBUSY)?;
             q.comp_acks.wait_all_acked();
             q.async_acks.wait_all_acked();
             q.dev.routes.remove(Target::Cq, cqn);

@@ -5,7 +5,9 @@
 # the read-only ones, creates urdma0 on lo (127.0.0.1) and urdma1 on a
 # dummy netdev (169.254.62.1), and runs the system's unmodified verbs
 # programs between the two devices: ibv_devices, ibv_devinfo,
-# ibv_rc_pingpong, ib_write_bw, ib_read_lat, ib_send_bw.
+# ibv_rc_pingpong, ib_write_bw, ib_read_lat, ib_send_bw, completion
+# channels (ibv_rc_pingpong -e, ib_send_lat -e) and the kernel's view of
+# a program's CQs (rdma resource show cq).
 # Prints "ok - NAME" / "FAIL - NAME" per check.
 set -u
 KO=${URDMA_KO:-/share/urdma.ko}
@@ -108,6 +110,19 @@ pair "ib_read_lat urdma0 -> urdma1" ib_read_lat -d urdma1 -x "$G1" -n 500 -F -- 
   ib_read_lat -d urdma0 -x "$G0" -n 500 -F $S
 pair "ib_send_bw urdma0 -> urdma1" ib_send_bw -d urdma1 -x "$G1" -n 500 -F -- \
   ib_send_bw -d urdma0 -x "$G0" -n 500 -F $S
+# Completion channels: the NIC raises CQ events on the kernel's channel.
+pair "ibv_rc_pingpong -e (completion channel) urdma0 -> urdma1" ibv_rc_pingpong -d urdma1 -g "$G1" -n 200 -e -- \
+  ibv_rc_pingpong -d urdma0 -g "$G0" -n 200 -e $S
+pair "ib_send_lat -e (completion channel) urdma0 -> urdma1" ib_send_lat -d urdma1 -x "$G1" -n 200 -e -F -- \
+  ib_send_lat -d urdma0 -x "$G0" -n 200 -e -F $S
+# The kernel tracks the CQs of a running program.
+timeout -k 5 $T ibv_rc_pingpong -d urdma1 -g "$G1" -n 5 -e > /tmp/srv.out 2>&1 &
+spid=$!
+sleep 2
+expect "rdma resource show cq: the CQ of a running program" 'ibv_rc_pingpong' rdma resource show cq dev urdma1
+timeout -k 5 $T ibv_rc_pingpong -d urdma0 -g "$G0" -n 5 -e $S > /tmp/cli.out 2>&1
+wait $spid
+expect "rdma resource show cq: none left after the program" '^none$' sh -c "rdma resource show cq dev urdma1 | grep -c ibv_rc_pingpong >/dev/null && echo left || echo none"
 expect "a GID index that is not the device's address is refused" 'EINVAL|Invalid argument|Failed to modify|failed|rc=[1-9]' \
   sh -c "timeout -k 5 30 ibv_rc_pingpong -d urdma1 -g 0 -n 1 >/dev/null 2>&1 & sleep 1; timeout -k 5 30 ibv_rc_pingpong -d urdma0 -g 0 -n 1 $S; echo rc=\$?; wait"
 expect "kernel log clean" '^clean$' sh -c 'dmesg | grep -E "WARNING|BUG:|Oops|Call Trace|refcount|leak" || echo clean'

@@ -226,6 +226,24 @@ impl Device {
         Ok(Cq::new(self.clone(), shared))
     }
 
+    /// Have the NIC raise `cq`'s completion events on a CQ of the urdma
+    /// kernel module (made through uverbs by this process, with the
+    /// kernel's completion channel) instead of calling the CQ's own
+    /// notifier. Needs the module's NIC file (`/dev/urdma`, root).
+    pub fn bind_cq_to_kernel(&self, cq: &Cq, kernel: crate::nic::kernel::KernelCq) -> Result<()> {
+        match &self.inner.link {
+            Link::Embedded(_) => {
+                let notify =
+                    crate::nic::kernel::cq_notifier(kernel, std::process::id()).map_err(|e| {
+                        crate::Error::NotSupported(format!("kernel completion events: {e}"))
+                    })?;
+                cq.shared().set_notifier(Some(notify));
+                Ok(())
+            }
+            Link::Agent(a) => a.bind_cq(cq.cqn(), kernel),
+        }
+    }
+
     /// Tell the NIC a CQ is gone (its ring lives on in the CQ's memory
     /// until the last handle drops).
     pub(crate) fn release_cq(&self, cqn: u32) {

@@ -2,6 +2,7 @@
 //! on demand, that turns engine commands into requests and keeps what a
 //! driver must know to check posts itself (QP state and limits).
 
+use super::kernel::KernelCq;
 use super::proto::{self, Event, Request, Value};
 use super::{channel, spawn};
 use crate::cq::CqShared;
@@ -216,6 +217,12 @@ impl AgentLink {
             .unwrap_or_else(|e| e.into_inner())
             .insert(cqn, Arc::downgrade(&cq));
         Ok(cq)
+    }
+
+    /// Have the NIC raise the CQ's completion events on `kernel`.
+    pub fn bind_cq(&self, cqn: u32, kernel: KernelCq) -> Result<()> {
+        self.request(&Request::BindCq { cqn, kernel }, &[])?;
+        Ok(())
     }
 
     /// Destroy a CQ no QP uses.

@@ -16,6 +16,7 @@
 pub mod agent;
 pub mod channel;
 pub mod client;
+pub mod kernel;
 pub mod proto;
 pub mod session;
 pub mod spawn;

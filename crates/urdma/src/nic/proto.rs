@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Protocol version; a driver and an agent of different versions refuse
 /// each other at [`Request::Hello`].
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 256 << 10;
@@ -88,6 +88,15 @@ pub enum Request {
     DestroyCq {
         /// The CQ.
         cqn: u32,
+    },
+    /// Raise the CQ's completion events on a CQ of the kernel (one the
+    /// driver created through uverbs, with the kernel's completion
+    /// channel) instead of sending them to the driver.
+    BindCq {
+        /// The CQ.
+        cqn: u32,
+        /// The kernel's CQ.
+        kernel: super::kernel::KernelCq,
     },
     /// Create a QP.
     CreateQp {

@@ -241,6 +241,13 @@ impl Session {
                 self.cqs.insert(cqn, cq);
                 Value::Number(cqn)
             }
+            R::BindCq { cqn, kernel } => {
+                let cq = self.cq(cqn)?;
+                let notify = super::kernel::cq_notifier(kernel, self.pid)
+                    .map_err(|e| Error::NotSupported(format!("kernel completion events: {e}")))?;
+                cq.set_notifier(Some(notify));
+                Value::Done
+            }
             R::DestroyCq { cqn } => {
                 let cq = self.cq(cqn)?;
                 if d.call(CqInUse { cqn })? {

@@ -1,0 +1,129 @@
+//! The urdma kernel module's NIC file (`/dev/urdma`, see
+//! `kernel/urdma_abi.h`): how the NIC raises completion events on the
+//! kernel's completion channels for CQs that a provider created through
+//! uverbs. Only root opens it.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, OnceLock};
+
+/// Path of the NIC file.
+pub const PATH: &str = "/dev/urdma";
+
+/// Room for a device name in a command (`URDMA_IBDEV_NAME_LEN`).
+const IBDEV_NAME_LEN: usize = 64;
+
+/// `struct urdma_cq_event`.
+#[repr(C)]
+struct CqEventCmd {
+    ibdev: [u8; IBDEV_NAME_LEN],
+    cq: u32,
+    pid: u32,
+}
+
+nix::ioctl_write_ptr!(ioc_cq_event, 0xb5, 1, CqEventCmd);
+
+/// A kernel CQ that the NIC signals: its device and number.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KernelCq {
+    /// The kernel device's name (`urdma0`).
+    pub ibdev: String,
+    /// The number the kernel's create_cq returned.
+    pub id: u32,
+}
+
+/// The open NIC file.
+#[derive(Debug)]
+pub struct KernelNic {
+    file: File,
+}
+
+impl KernelNic {
+    /// The process's NIC file, opened on first use; the error says why
+    /// it cannot be (no module loaded, not root).
+    pub fn shared() -> io::Result<Arc<KernelNic>> {
+        static NIC: OnceLock<Result<Arc<KernelNic>, (io::ErrorKind, String)>> = OnceLock::new();
+        NIC.get_or_init(|| {
+            File::options()
+                .read(true)
+                .write(true)
+                .open(PATH)
+                .map(|file| Arc::new(KernelNic { file }))
+                .map_err(|e| (e.kind(), format!("cannot open {PATH}: {e}")))
+        })
+        .clone()
+        .map_err(|(kind, msg)| io::Error::new(kind, msg))
+    }
+
+    /// Raise a completion event on `cq`, a CQ of process `pid`.
+    pub fn cq_event(&self, cq: &KernelCq, pid: u32) -> io::Result<()> {
+        let cmd = cq_event_cmd(cq, pid)?;
+        // SAFETY: the command is a live, fully initialised struct of the
+        // layout the ioctl number encodes; the kernel only reads it.
+        unsafe { ioc_cq_event(self.file.as_raw_fd(), &cmd) }
+            .map(drop)
+            .map_err(io::Error::from)
+    }
+}
+
+/// A CQ notifier ([`crate::cq::CqNotifier`]) that raises each event of a
+/// CQ of process `pid` on the kernel's `cq`; fails if the NIC file cannot
+/// be opened.
+pub fn cq_notifier(cq: KernelCq, pid: u32) -> io::Result<crate::cq::CqNotifier> {
+    let nic = KernelNic::shared()?;
+    cq_event_cmd(&cq, pid)?;
+    Ok(Box::new(move || {
+        if let Err(e) = nic.cq_event(&cq, pid) {
+            tracing::debug!(ibdev = %cq.ibdev, cq = cq.id, pid, error = %e, "kernel CQ event not raised");
+        }
+    }))
+}
+
+fn cq_event_cmd(cq: &KernelCq, pid: u32) -> io::Result<CqEventCmd> {
+    let name = cq.ibdev.as_bytes();
+    if name.is_empty() || name.len() >= IBDEV_NAME_LEN || name.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad kernel device name {:?}", cq.ibdev),
+        ));
+    }
+    let mut ibdev = [0u8; IBDEV_NAME_LEN];
+    ibdev[..name.len()].copy_from_slice(name);
+    Ok(CqEventCmd {
+        ibdev,
+        cq: cq.id,
+        pid,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_layout_matches_the_module() {
+        assert_eq!(std::mem::size_of::<CqEventCmd>(), 72);
+        assert_eq!(std::mem::offset_of!(CqEventCmd, cq), 64);
+        assert_eq!(std::mem::offset_of!(CqEventCmd, pid), 68);
+        // _IOW(0xb5, 1, 72 bytes)
+        assert_eq!(
+            nix::request_code_write!(0xb5, 1, std::mem::size_of::<CqEventCmd>()),
+            0x4048_b501
+        );
+    }
+
+    #[test]
+    fn device_names_are_checked() {
+        let cq = |ibdev: &str| KernelCq {
+            ibdev: ibdev.into(),
+            id: 1,
+        };
+        let c = cq_event_cmd(&cq("urdma0"), 42).unwrap();
+        assert_eq!(&c.ibdev[..7], b"urdma0\0");
+        assert_eq!((c.cq, c.pid), (1, 42));
+        for bad in ["", "a\0b", &"x".repeat(64)] {
+            assert!(cq_event_cmd(&cq(bad), 1).is_err(), "{bad:?}");
+        }
+    }
+}

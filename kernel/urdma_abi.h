@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR MIT) WITH Linux-syscall-note */
+/*
+ * What urdma.ko shares with user space: the NIC file's commands
+ * (/dev/urdma, opened by the NIC agent) and the driver data of the
+ * uverbs commands the provider issues.
+ */
+#ifndef URDMA_ABI_H
+#define URDMA_ABI_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define URDMA_IBDEV_NAME_LEN	64
+
+/*
+ * URDMA_IOC_CQ_EVENT: a completion event of the user CQ @cq of device
+ * @ibdev, raised by the NIC on behalf of process @pid (the CQ's owner,
+ * as the NIC agent's PID namespace sees it). The kernel hands it to the
+ * CQ's completion channel. Errors: ENODEV (no such device), ENOENT (no
+ * such CQ of that process).
+ */
+struct urdma_cq_event {
+	char ibdev[URDMA_IBDEV_NAME_LEN];
+	__u32 cq;
+	__u32 pid;
+};
+
+#define URDMA_IOC_MAGIC		0xb5
+#define URDMA_IOC_CQ_EVENT	_IOW(URDMA_IOC_MAGIC, 1, struct urdma_cq_event)
+
+/* Driver data of the response to a user create_cq: the CQ's number. */
+struct urdma_create_cq_resp {
+	__u32 cq;
+	__u32 reserved;
+};
+
+#endif /* URDMA_ABI_H */
