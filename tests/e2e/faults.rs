@@ -13,15 +13,19 @@ use urdma_wire::{Bth, IcrcContext, Opcode, PacketRepr, Reth};
 /// Every access right.
 const ALL: urdma::AccessFlags = crate::harness::ALL;
 
-/// A CQ of 2 entries receiving 5 completions: 2 entries, then CqOverrun.
+/// A CQ asked for 2 entries (capacity 3, ring of 4) receiving 6
+/// completions: 4 entries, then CqOverrun.
 pub fn cq_overrun() {
     let mut f = Fixture::new();
     let small = f.dev.create_cq(2).unwrap();
+    // Asked for 2: the capacity is 3 and the ring holds 4.
+    assert_eq!(small.capacity(), 3);
+    let held = small.capacity() as u64 + 1;
     let pcq = f.pcq;
     let l = f.connect_on(&small, pcq, &ConnOpts::default(), &ConnOpts::default());
     let src = f.mr(4096, ALL);
     let dst = f.peer_mr(4096, ALL);
-    for i in 0..5u64 {
+    for i in 0..held + 2 {
         let s = [src.slice(i as usize, 1).unwrap()];
         l.qp.post_send(SendWr::write(i, &s, dst.addr + i, dst.rkey))
             .unwrap();
@@ -33,7 +37,7 @@ pub fn cq_overrun() {
     }
     let got = small.poll(10).unwrap();
     let ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
-    assert_eq!(ids, [0, 1]);
+    assert_eq!(ids, (0..held).collect::<Vec<_>>());
     assert!(got.iter().all(|w| w.status == WcStatus::Success), "{got:?}");
     assert!(matches!(small.poll(10), Err(Error::CqOverrun)));
     assert!(

@@ -47,9 +47,10 @@ impl Cq {
         &self.shared
     }
 
-    /// Capacity.
+    /// Capacity: completions the CQ is guaranteed to hold (its ring
+    /// holds one more, see [`ring_entries`]).
     pub fn capacity(&self) -> usize {
-        self.shared.capacity()
+        self.shared.capacity() - 1
     }
 
     /// Take up to `max` completions without blocking. A CQ that overran
@@ -75,5 +76,30 @@ impl Cq {
     /// Arm completion notification (see [`CqShared::req_notify`]).
     pub fn req_notify(&self, solicited_only: bool) {
         self.shared.req_notify(solicited_only);
+    }
+}
+
+/// Ring entries of a CQ asked for `cqe` completions: `cqe + 1` rounded up
+/// to a power of two (at most `max_cqe + 1`); the CQ reports one fewer as
+/// its capacity. As on common RNICs, the one entry beyond the reported
+/// capacity lets a program that keeps one completion unpolled for a while
+/// (a latency test waiting on events) run without an overrun.
+pub fn ring_entries(cqe: usize, max_cqe: usize) -> usize {
+    (cqe + 1).next_power_of_two().min(max_cqe + 1)
+}
+
+#[cfg(test)]
+mod ring_tests {
+    use super::ring_entries;
+
+    #[test]
+    fn rings_round_up_and_hold_one_more() {
+        assert_eq!(ring_entries(1, 1 << 20), 2);
+        assert_eq!(ring_entries(2, 1 << 20), 4);
+        assert_eq!(ring_entries(3, 1 << 20), 4);
+        assert_eq!(ring_entries(4, 1 << 20), 8);
+        assert_eq!(ring_entries(1 << 20, 1 << 20), (1 << 20) + 1);
+        assert_eq!(ring_entries((1 << 19) + 1, 1 << 20), 1 << 20);
+        assert_eq!(ring_entries((1 << 20) - 1, 1 << 20), 1 << 20);
     }
 }

@@ -216,12 +216,13 @@ impl Device {
                 self.inner.attr.max_cqe
             )));
         }
+        let entries = super::cq::ring_entries(cqe, self.inner.attr.max_cqe as usize);
         let shared = match &self.inner.link {
             Link::Embedded(_) => {
                 let cqn = self.inner.next_cqn.fetch_add(1, Ordering::Relaxed);
-                Arc::new(CqShared::new(cqn, cqe))
+                Arc::new(CqShared::new(cqn, entries))
             }
-            Link::Agent(a) => a.create_cq(cqe)?,
+            Link::Agent(a) => a.create_cq(entries)?,
         };
         Ok(Cq::new(self.clone(), shared))
     }

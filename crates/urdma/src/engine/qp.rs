@@ -210,6 +210,7 @@ impl QpCtx {
         let cq = if recv { &self.recv_cq } else { &self.send_cq };
         if cq.push(wc, solicited).is_err() {
             let cqn = cq.cqn;
+            tracing::debug!(qpn = self.qpn, cqn, "CQ overrun: the QP goes to ERR");
             cx.event(AsyncEventKind::CqErr, cqn);
             if self.state() != QpState::Err {
                 self.enter_error(cx, Some(AsyncEventKind::QpFatal));
@@ -257,6 +258,7 @@ impl QpCtx {
         if self.state() == QpState::Err {
             return;
         }
+        tracing::debug!(qpn = self.qpn, ?event, "QP enters ERR");
         self.attr.qp_state = QpState::Err;
         if let Some(kind) = event {
             cx.event(kind, self.qpn);

@@ -205,7 +205,11 @@ const MAX_POST_BATCH: usize = 64;
 
 /// Send an answer to the driver.
 fn answer(conn: &OwnedFd, a: &proto::Response) -> std::io::Result<()> {
-    proto::encode(a).and_then(|m| channel::send(conn, &m, &[]))
+    let sent = proto::encode(a).and_then(|m| channel::send(conn, &m, &[]));
+    if let Err(e) = &sent {
+        tracing::debug!(error = %e, "session ends: no answer can be sent");
+    }
+    sent
 }
 
 /// Run the agent until it has been idle for `linger`. Fails with
@@ -361,7 +365,10 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
         fds.clear();
         match channel::recv(&conn, &mut buf, &mut fds) {
             Ok(true) => {}
-            Ok(false) => break,
+            Ok(false) => {
+                tracing::debug!(pid, "session ends: the driver closed its end");
+                break;
+            }
             Err(e) => {
                 tracing::debug!(pid, error = %e, "session ends");
                 break;

@@ -227,7 +227,8 @@ impl Session {
                 Value::Number(cqn)
             }
             R::CreateCq { cqn, capacity } => {
-                if capacity == 0 || capacity > dev.device.attr().max_cqe {
+                // A ring holds one entry more than its CQ's capacity.
+                if capacity < 2 || capacity > dev.device.attr().max_cqe + 1 {
                     return Err(Error::inval("CQ capacity out of range"));
                 }
                 if !self.reserved_cqs.remove(&cqn) {
