@@ -123,6 +123,21 @@ expect "rdma resource show cq: the CQ of a running program" 'ibv_rc_pingpong' rd
 timeout -k 5 $T ibv_rc_pingpong -d urdma0 -g "$G0" -n 5 -e $S > /tmp/cli.out 2>&1
 wait $spid
 expect "rdma resource show cq: none left after the program" '^none$' sh -c "rdma resource show cq dev urdma1 | grep -c ibv_rc_pingpong >/dev/null && echo left || echo none"
+# The NIC file refuses what it cannot do: a CQ no such process owns, an
+# unknown device, an unknown command.
+expect "/dev/urdma: ENOENT, ENODEV, ENOTTY for bad events" '^ENOENT ENODEV ENOTTY$' python3 -c '
+import errno, fcntl, struct
+f = open("/dev/urdma", "wb", buffering=0)
+def call(req, arg):
+    try:
+        fcntl.ioctl(f, req, arg)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+ev = (1 << 30) | (72 << 16) | (0xb5 << 8) | 1
+print(call(ev, struct.pack("64sII", b"urdma1", 1, 1)),
+      call(ev, struct.pack("64sII", b"nosuchdev", 1, 1)),
+      call(0xb5ff, b"\0" * 8))'
 expect "a GID index that is not the device's address is refused" 'EINVAL|Invalid argument|Failed to modify|failed|rc=[1-9]' \
   sh -c "timeout -k 5 30 ibv_rc_pingpong -d urdma1 -g 0 -n 1 >/dev/null 2>&1 & sleep 1; timeout -k 5 30 ibv_rc_pingpong -d urdma0 -g 0 -n 1 $S; echo rc=\$?; wait"
 expect "kernel log clean" '^clean$' sh -c 'dmesg | grep -E "WARNING|BUG:|Oops|Call Trace|refcount|leak" || echo clean'
