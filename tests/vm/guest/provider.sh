@@ -6,8 +6,8 @@
 # dummy netdev (169.254.62.1), and runs the system's unmodified verbs
 # programs between the two devices: ibv_devices, ibv_devinfo,
 # ibv_rc_pingpong, ib_write_bw, ib_read_lat, ib_send_bw, completion
-# channels (ibv_rc_pingpong -e, ib_send_lat -e) and the kernel's view of
-# a program's CQs (rdma resource show cq).
+# channels (ibv_rc_pingpong -e, ib_send_lat -e, pyverbs test_cq_events)
+# and the kernel's view of a program's CQs (rdma resource show cq).
 # Prints "ok - NAME" / "FAIL - NAME" per check.
 set -u
 KO=${URDMA_KO:-/share/urdma.ko}
@@ -123,6 +123,11 @@ expect "rdma resource show cq: the CQ of a running program" 'ibv_rc_pingpong' rd
 timeout -k 5 $T ibv_rc_pingpong -d urdma0 -g "$G0" -n 5 -e $S > /tmp/cli.out 2>&1
 wait $spid
 expect "rdma resource show cq: none left after the program" '^none$' sh -c "rdma resource show cq dev urdma1 | grep -c ibv_rc_pingpong >/dev/null && echo left || echo none"
+# rdma-core's own CQ event tests (pyverbs), RC and UD, on urdma0.
+rm -rf /tmp/pyverbs-tests && cp -r /usr/share/doc/rdma-core/tests /tmp/pyverbs-tests &&
+  gunzip -f /tmp/pyverbs-tests/*.gz
+expect "pyverbs test_cq_events (RC and UD completion channels)" '^OK$' sh -c \
+  "cd /tmp/pyverbs-tests && timeout -k 5 $T python3 run_tests.py --dev urdma0 --gid $G0 test_cq_events 2>&1 | tail -1"
 # The NIC file refuses what it cannot do: a CQ no such process owns, an
 # unknown device, an unknown command.
 expect "/dev/urdma: ENOENT, ENODEV, ENOTTY for bad events" '^ENOENT ENODEV ENOTTY$' python3 -c '
