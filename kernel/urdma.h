@@ -21,6 +21,7 @@ struct urdma_dev {
 	struct net_device *ndev;	/* held from creation to dealloc */
 	struct list_head list;		/* on urdma_devices while registered */
 	struct xarray cqs;		/* user CQs by number, for the NIC's events */
+	struct xarray qps;		/* user QPs by number, for the NIC's events */
 };
 
 static inline struct urdma_dev *to_urdma(struct ib_device *ibdev)
@@ -48,7 +49,17 @@ static inline struct urdma_cq *to_urdma_cq(struct ib_cq *ibcq)
 
 struct urdma_qp {
 	struct ib_qp ibqp;
+	u32 id;				/* in urdma_dev.qps (0: none) */
+	struct mutex lock;		/* guards attr */
+	struct ib_qp_attr attr;		/* as the last modify_qp left it */
+	struct ib_qp_cap cap;
+	enum ib_sig_type sq_sig_type;
 };
+
+static inline struct urdma_qp *to_urdma_qp(struct ib_qp *ibqp)
+{
+	return container_of(ibqp, struct urdma_qp, ibqp);
+}
 
 struct urdma_ah {
 	struct ib_ah ibah;

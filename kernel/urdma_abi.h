@@ -28,6 +28,21 @@ struct urdma_cq_event {
 #define URDMA_IOC_MAGIC		0xb5
 #define URDMA_IOC_CQ_EVENT	_IOW(URDMA_IOC_MAGIC, 1, struct urdma_cq_event)
 
+/*
+ * Driver data of a user create_qp: the QP number the NIC gave the QP
+ * (the kernel reports it as the QP's number).
+ */
+struct urdma_create_qp_cmd {
+	__u32 qpn;
+	__u32 reserved;
+};
+
+/* Driver data of the response to a user create_qp: the QP's number here. */
+struct urdma_create_qp_resp {
+	__u32 qp;
+	__u32 reserved;
+};
+
 /* Driver data of the response to a user create_cq: the CQ's number. */
 struct urdma_create_cq_resp {
 	__u32 cq;

@@ -2,10 +2,11 @@
 /*
  * Device operations of urdma. Device, port and GID queries are answered
  * here; queues, memory registration and the data path live in the NIC
- * (the userspace engine). User CQs exist here too, so that the NIC can
- * raise their completion events on the kernel's completion channels
- * (see urdma_nic.c); the kernel verbs that would create kernel-owned
- * queues refuse with -EOPNOTSUPP.
+ * (the userspace engine). User PDs, CQs, QPs and SRQs exist here too,
+ * so that the kernel tracks them and the NIC can raise their completion
+ * events on the kernel's completion channels (see urdma_nic.c); a user
+ * QP records what modify_qp set, for query_qp. The kernel verbs that
+ * would create kernel-owned queues refuse with -EOPNOTSUPP.
  */
 #include <linux/etherdevice.h>
 #include <rdma/ib_mad.h>
@@ -179,19 +180,144 @@ static int urdma_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
 	return -EOPNOTSUPP;
 }
 
-static int urdma_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *init,
+static int urdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 			   struct ib_udata *udata)
 {
-	return -EOPNOTSUPP;
+	struct urdma_dev *dev = to_urdma(ibqp->device);
+	struct urdma_qp *qp = to_urdma_qp(ibqp);
+	struct urdma_create_qp_resp resp = {};
+	struct urdma_create_qp_cmd cmd;
+	int err;
+
+	/* QPs of kernel consumers would need kernel verbs of the NIC. */
+	if (!udata)
+		return -EOPNOTSUPP;
+	switch (init->qp_type) {
+	case IB_QPT_RC:
+	case IB_QPT_UC:
+	case IB_QPT_UD:
+		break;
+	default:
+		return -EOPNOTSUPP;
+	}
+	if (init->create_flags)
+		return -EOPNOTSUPP;
+	if (udata->inlen < sizeof(cmd) || udata->outlen < sizeof(resp))
+		return -EINVAL;
+	err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
+	if (err)
+		return err;
+	/* QP numbers 0 and 1 are the special QPs. */
+	if (cmd.qpn < 2 || cmd.qpn > 0xffffff)
+		return -EINVAL;
+
+	mutex_init(&qp->lock);
+	qp->attr.qp_state = IB_QPS_RESET;
+	qp->cap = init->cap;
+	qp->sq_sig_type = init->sq_sig_type;
+	ibqp->qp_num = cmd.qpn;
+	err = xa_alloc(&dev->qps, &qp->id, qp, xa_limit_31b, GFP_KERNEL);
+	if (err)
+		return err;
+	resp.qp = qp->id;
+	err = ib_copy_to_udata(udata, &resp, sizeof(resp));
+	if (err) {
+		xa_erase(&dev->qps, qp->id);
+		qp->id = 0;
+	}
+	return err;
 }
 
-static int urdma_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr,
+/*
+ * The NIC checked and applied the modification already (the provider
+ * asks it first); the kernel's copy of the attributes follows, for
+ * query_qp and the resource tracker. The address vector is not kept.
+ */
+static int urdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 			   int mask, struct ib_udata *udata)
 {
-	return -EOPNOTSUPP;
+	struct urdma_qp *qp = to_urdma_qp(ibqp);
+	struct ib_qp_attr *a = &qp->attr;
+
+	mutex_lock(&qp->lock);
+	if (mask & IB_QP_STATE)
+		a->qp_state = attr->qp_state;
+	if (mask & IB_QP_ACCESS_FLAGS)
+		a->qp_access_flags = attr->qp_access_flags;
+	if (mask & IB_QP_PKEY_INDEX)
+		a->pkey_index = attr->pkey_index;
+	if (mask & IB_QP_PORT)
+		a->port_num = attr->port_num;
+	if (mask & IB_QP_QKEY)
+		a->qkey = attr->qkey;
+	if (mask & IB_QP_PATH_MTU)
+		a->path_mtu = attr->path_mtu;
+	if (mask & IB_QP_TIMEOUT)
+		a->timeout = attr->timeout;
+	if (mask & IB_QP_RETRY_CNT)
+		a->retry_cnt = attr->retry_cnt;
+	if (mask & IB_QP_RNR_RETRY)
+		a->rnr_retry = attr->rnr_retry;
+	if (mask & IB_QP_RQ_PSN)
+		a->rq_psn = attr->rq_psn;
+	if (mask & IB_QP_MAX_QP_RD_ATOMIC)
+		a->max_rd_atomic = attr->max_rd_atomic;
+	if (mask & IB_QP_MIN_RNR_TIMER)
+		a->min_rnr_timer = attr->min_rnr_timer;
+	if (mask & IB_QP_SQ_PSN)
+		a->sq_psn = attr->sq_psn;
+	if (mask & IB_QP_MAX_DEST_RD_ATOMIC)
+		a->max_dest_rd_atomic = attr->max_dest_rd_atomic;
+	if (mask & IB_QP_DEST_QPN)
+		a->dest_qp_num = attr->dest_qp_num;
+	mutex_unlock(&qp->lock);
+	return 0;
 }
 
-static int urdma_destroy_qp(struct ib_qp *qp, struct ib_udata *udata)
+static int urdma_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
+			  int mask, struct ib_qp_init_attr *init)
+{
+	struct urdma_qp *qp = to_urdma_qp(ibqp);
+
+	mutex_lock(&qp->lock);
+	*attr = qp->attr;
+	mutex_unlock(&qp->lock);
+	attr->cur_qp_state = attr->qp_state;
+	attr->path_mig_state = IB_MIG_MIGRATED;
+	attr->cap = qp->cap;
+
+	memset(init, 0, sizeof(*init));
+	init->qp_type = ibqp->qp_type;
+	init->send_cq = ibqp->send_cq;
+	init->recv_cq = ibqp->recv_cq;
+	init->srq = ibqp->srq;
+	init->cap = qp->cap;
+	init->sq_sig_type = qp->sq_sig_type;
+	return 0;
+}
+
+static int urdma_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
+{
+	struct urdma_qp *qp = to_urdma_qp(ibqp);
+
+	/* After this, no NIC event reaches the QP. */
+	if (qp->id)
+		xa_erase(&to_urdma(ibqp->device)->qps, qp->id);
+	return 0;
+}
+
+static int urdma_create_srq(struct ib_srq *ibsrq,
+			    struct ib_srq_init_attr *init,
+			    struct ib_udata *udata)
+{
+	if (!udata)
+		return -EOPNOTSUPP;
+	if (init->srq_type != IB_SRQT_BASIC)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+static int urdma_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 {
 	return 0;
 }
@@ -233,6 +359,7 @@ static void urdma_dealloc_driver(struct ib_device *ibdev)
 
 	urdma_forget_device(dev);
 	xa_destroy(&dev->cqs);
+	xa_destroy(&dev->qps);
 }
 
 const struct ib_device_ops urdma_dev_ops = {
@@ -244,12 +371,14 @@ const struct ib_device_ops urdma_dev_ops = {
 	.alloc_ucontext = urdma_alloc_ucontext,
 	.create_cq = urdma_create_cq,
 	.create_qp = urdma_create_qp,
+	.create_srq = urdma_create_srq,
 	.dealloc_driver = urdma_dealloc_driver,
 	.dealloc_pd = urdma_dealloc_pd,
 	.dealloc_ucontext = urdma_dealloc_ucontext,
 	.dereg_mr = urdma_dereg_mr,
 	.destroy_cq = urdma_destroy_cq,
 	.destroy_qp = urdma_destroy_qp,
+	.destroy_srq = urdma_destroy_srq,
 	.get_dma_mr = urdma_get_dma_mr,
 	.get_link_layer = urdma_get_link_layer,
 	.get_port_immutable = urdma_get_port_immutable,
@@ -260,6 +389,7 @@ const struct ib_device_ops urdma_dev_ops = {
 	.query_device = urdma_query_device,
 	.query_pkey = urdma_query_pkey,
 	.query_port = urdma_query_port,
+	.query_qp = urdma_query_qp,
 	.reg_user_mr = urdma_reg_user_mr,
 	.req_notify_cq = urdma_req_notify_cq,
 

@@ -252,6 +252,70 @@ pub struct CreateCqResp {
     pub reserved: u32,
 }
 
+/// `struct ibv_alloc_pd`: header and response pointer, no driver data.
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_alloc_pd {
+    pub command: u32,
+    pub in_words: u16,
+    pub out_words: u16,
+    pub response: u64,
+}
+
+/// `struct ib_uverbs_alloc_pd_resp`.
+#[repr(C)]
+#[derive(Default)]
+pub struct ib_uverbs_alloc_pd_resp {
+    pub pd_handle: u32,
+}
+
+/// `struct ibv_create_qp` (header and the 56-byte core payload, which
+/// the library fills) followed by urdma.ko's driver data
+/// (`struct urdma_create_qp_cmd`: the NIC's QP number).
+#[repr(C)]
+#[derive(Default)]
+pub struct CreateQpCmd {
+    pub base: [u64; 8],
+    pub qpn: u32,
+    pub reserved: u32,
+}
+
+/// `struct ib_uverbs_create_qp_resp` (32 bytes, which the library reads)
+/// followed by urdma.ko's driver data (`struct urdma_create_qp_resp`).
+#[repr(C)]
+#[derive(Default)]
+pub struct CreateQpResp {
+    pub base: [u32; 8],
+    pub qp: u32,
+    pub reserved: u32,
+}
+
+/// `struct ibv_modify_qp`: header and the 112-byte core payload, which
+/// the library fills; no driver data.
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_modify_qp {
+    pub base: [u64; 15],
+}
+
+/// `struct ibv_create_srq`: header and the 32-byte core payload; no
+/// driver data.
+#[repr(C)]
+#[derive(Default)]
+pub struct ibv_create_srq {
+    pub base: [u64; 5],
+}
+
+/// `struct ib_uverbs_create_srq_resp`.
+#[repr(C)]
+#[derive(Default)]
+pub struct ib_uverbs_create_srq_resp {
+    pub srq_handle: u32,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srqn: u32,
+}
+
 #[link(name = "ibverbs")]
 extern "C" {
     /// Register a provider (called from its ELF constructor).
@@ -296,6 +360,51 @@ extern "C" {
     /// Destroy the kernel's CQ of `cq`, waiting until every completion
     /// and asynchronous event it reported was acknowledged.
     pub fn ibv_cmd_destroy_cq(cq: *mut ibv_cq) -> c_int;
+    /// Allocate the kernel's PD for `pd` (sets its context and handle).
+    pub fn ibv_cmd_alloc_pd(
+        context: *mut ibv_context,
+        pd: *mut ibv_pd,
+        cmd: *mut ibv_alloc_pd,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_alloc_pd_resp,
+        resp_size: usize,
+    ) -> c_int;
+    /// Free the kernel's PD of `pd`.
+    pub fn ibv_cmd_dealloc_pd(pd: *mut ibv_pd) -> c_int;
+    /// Create the kernel's QP for `qp` (sets its handle, number, state,
+    /// and `attr->cap` from the kernel's answer).
+    pub fn ibv_cmd_create_qp(
+        pd: *mut ibv_pd,
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_init_attr,
+        cmd: *mut CreateQpCmd,
+        cmd_size: usize,
+        resp: *mut CreateQpResp,
+        resp_size: usize,
+    ) -> c_int;
+    /// Modify the kernel's QP of `qp`.
+    pub fn ibv_cmd_modify_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        attr_mask: c_int,
+        cmd: *mut ibv_modify_qp,
+        cmd_size: usize,
+    ) -> c_int;
+    /// Destroy the kernel's QP of `qp`, waiting until every asynchronous
+    /// event it reported was acknowledged.
+    pub fn ibv_cmd_destroy_qp(qp: *mut ibv_qp) -> c_int;
+    /// Create the kernel's SRQ for `srq`.
+    pub fn ibv_cmd_create_srq(
+        pd: *mut ibv_pd,
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_init_attr,
+        cmd: *mut ibv_create_srq,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_create_srq_resp,
+        resp_size: usize,
+    ) -> c_int;
+    /// Destroy the kernel's SRQ of `srq`.
+    pub fn ibv_cmd_destroy_srq(srq: *mut ibv_srq) -> c_int;
 }
 
 #[cfg(test)]
@@ -394,6 +503,23 @@ mod tests {
         assert_eq!(offset_of!(ibv_create_cq, comp_channel), 24);
         assert_eq!(size_of::<CreateCqResp>(), 16);
         assert_eq!(offset_of!(CreateCqResp, cq), 8);
+    }
+
+    #[test]
+    fn object_command_layouts() {
+        // sizeof(struct ibv_x) = 8-byte header + the kernel's core payload
+        // (<rdma/ib_user_verbs.h>: alloc_pd 8, create_qp 56, modify_qp
+        // 112, create_srq 32; responses: alloc_pd 4, create_qp 32,
+        // create_srq 16).
+        assert_eq!(size_of::<ibv_alloc_pd>(), 16);
+        assert_eq!(size_of::<ib_uverbs_alloc_pd_resp>(), 4);
+        assert_eq!(offset_of!(CreateQpCmd, qpn), 64);
+        assert_eq!(size_of::<CreateQpCmd>(), 72);
+        assert_eq!(offset_of!(CreateQpResp, qp), 32);
+        assert_eq!(size_of::<CreateQpResp>(), 40);
+        assert_eq!(size_of::<ibv_modify_qp>(), 120);
+        assert_eq!(size_of::<ibv_create_srq>(), 40);
+        assert_eq!(size_of::<ib_uverbs_create_srq_resp>(), 16);
     }
 
     #[test]

@@ -39,7 +39,10 @@ pub unsafe extern "C" fn create_cq(
         }
         // SAFETY: cq is the live CQ just made; context is its context.
         match unsafe { create_in_kernel(context, cq, cqe, channel, comp_vector) } {
-            Ok(()) => cq,
+            Ok(()) => {
+                crate::kernel_objects::mark(cq);
+                cq
+            }
             Err(e) => {
                 // SAFETY: cq is live and unused.
                 unsafe { v::cq::destroy_cq(cq) };
@@ -120,10 +123,13 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
             Ok(true) => return libc::EBUSY,
             Ok(false) => {}
         }
-        // SAFETY: cq is a live CQ of this provider, made with a kernel CQ.
-        let rc = unsafe { ibv_cmd_destroy_cq(cq) };
-        if rc != 0 {
-            return rc;
+        if crate::kernel_objects::is_backed(cq) {
+            // SAFETY: cq is a live CQ of this provider with a kernel CQ.
+            let rc = unsafe { ibv_cmd_destroy_cq(cq) };
+            if rc != 0 {
+                return rc;
+            }
+            crate::kernel_objects::unmark(cq);
         }
         // SAFETY: as above.
         unsafe { v::cq::destroy_cq(cq) }

@@ -30,6 +30,7 @@
 
 pub mod driver;
 pub mod kernel_cq;
+pub mod kernel_objects;
 pub mod ops;
 
 use driver::*;

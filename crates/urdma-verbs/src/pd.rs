@@ -37,6 +37,11 @@ impl Pd {
         // SAFETY: registered PDs are live boxed Pds; ibv is the first field.
         Ok(unsafe { &*(p as *const Pd) })
     }
+
+    /// True while MRs, QPs, SRQs or AHs remain in the PD.
+    pub fn in_use(&self) -> bool {
+        self.children.load(Ordering::Acquire) != 0
+    }
 }
 
 fn alloc(context: *mut ibv_context) -> VResult<*mut ibv_pd> {
@@ -66,7 +71,7 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard(libc::EIO, || {
         ret_errno((|| {
             let p = Pd::from_ptr(pd)?;
-            ensure(p.children.load(Ordering::Acquire) == 0, libc::EBUSY)?;
+            ensure(!p.in_use(), libc::EBUSY)?;
             let pdn = p.pdn;
             p.dev
                 .device

@@ -1,0 +1,240 @@
+//! PDs, QPs and SRQs in the kernel too: each one the provider creates in
+//! the NIC also exists in `urdma.ko`, made through uverbs, so that the
+//! kernel tracks it (`rdma resource show pd|qp|srq`, with its program and,
+//! for a QP, its number, state and PSNs). A QP is modified in the kernel
+//! first (which checks the transition as the RDMA core does), then in the
+//! NIC. Objects made without a kernel counterpart (through the `_ex`
+//! verbs, or on a PD or CQ that has none) stay out of the kernel, and so
+//! do QPs built on them.
+
+use crate::driver::*;
+use std::collections::HashSet;
+use std::os::raw::c_int;
+use std::sync::{Mutex, MutexGuard};
+use urdma_verbs as v;
+use urdma_verbs::pd::Pd;
+use urdma_verbs::sys::*;
+use urdma_verbs::util::{guard, set_errno};
+
+/// The objects (their C pointers) that have a kernel counterpart.
+static BACKED: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+fn backed() -> MutexGuard<'static, Option<HashSet<usize>>> {
+    BACKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Record that `p` has a kernel counterpart.
+pub fn mark<T>(p: *const T) {
+    backed().get_or_insert_with(HashSet::new).insert(p as usize);
+}
+
+/// Forget `p`'s kernel counterpart; true if it had one.
+pub fn unmark<T>(p: *const T) -> bool {
+    backed().as_mut().is_some_and(|s| s.remove(&(p as usize)))
+}
+
+/// True if `p` has a kernel counterpart (NULL counts as having one).
+pub fn is_backed<T>(p: *const T) -> bool {
+    p.is_null() || backed().as_ref().is_some_and(|s| s.contains(&(p as usize)))
+}
+
+/// `alloc_pd`: the NIC's PD, then the kernel's.
+pub unsafe extern "C" fn alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the caller's contract is the verbs'.
+        let pd = unsafe { v::pd::alloc_pd(context) };
+        if pd.is_null() {
+            return pd;
+        }
+        let mut cmd = ibv_alloc_pd::default();
+        let mut resp = ib_uverbs_alloc_pd_resp::default();
+        // SAFETY: pd is the live PD just made; the buffers are live and
+        // their sizes are theirs.
+        let rc = unsafe {
+            ibv_cmd_alloc_pd(
+                context,
+                pd,
+                &mut cmd,
+                std::mem::size_of_val(&cmd),
+                &mut resp,
+                std::mem::size_of_val(&resp),
+            )
+        };
+        if rc != 0 {
+            // SAFETY: pd is live and unused.
+            unsafe { v::pd::dealloc_pd(pd) };
+            set_errno(rc);
+            return std::ptr::null_mut();
+        }
+        mark(pd);
+        pd
+    })
+}
+
+/// `dealloc_pd`: EBUSY while objects remain in it; the kernel's PD goes
+/// first.
+pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard(libc::EIO, || {
+        match Pd::from_ptr(pd) {
+            Err(e) => return e,
+            Ok(p) if p.in_use() => return libc::EBUSY,
+            Ok(_) => {}
+        }
+        if is_backed(pd) {
+            // SAFETY: pd is a live PD of this provider with a kernel PD.
+            let rc = unsafe { ibv_cmd_dealloc_pd(pd) };
+            if rc != 0 {
+                return rc;
+            }
+            unmark(pd);
+        }
+        // SAFETY: as above.
+        unsafe { v::pd::dealloc_pd(pd) }
+    })
+}
+
+/// `create_qp`: the NIC's QP, then the kernel's under the NIC's number
+/// (when its PD, CQs and SRQ have kernel counterparts).
+pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the caller's contract is the verbs'.
+        let qp = unsafe { v::qp::create_qp(pd, attr) };
+        if qp.is_null() {
+            return qp;
+        }
+        // SAFETY: the NIC accepted attr, so it is a live init_attr.
+        let a = unsafe { &mut *attr };
+        if !(is_backed(pd)
+            && is_backed(a.send_cq)
+            && is_backed(a.recv_cq)
+            && is_backed(a.srq))
+        {
+            return qp;
+        }
+        let cap = a.cap;
+        let mut cmd = CreateQpCmd {
+            // SAFETY: qp is the live QP just made.
+            qpn: unsafe { (*qp).qp_num },
+            ..CreateQpCmd::default()
+        };
+        let mut resp = CreateQpResp::default();
+        // SAFETY: pd, qp and attr are live; the buffers are live and
+        // their sizes are theirs.
+        let rc = unsafe {
+            ibv_cmd_create_qp(
+                pd,
+                qp,
+                attr,
+                &mut cmd,
+                std::mem::size_of_val(&cmd),
+                &mut resp,
+                std::mem::size_of_val(&resp),
+            )
+        };
+        // The NIC's capacities are the QP's, whatever the kernel echoed.
+        a.cap = cap;
+        if rc != 0 {
+            // SAFETY: qp is live and unused.
+            unsafe { v::qp::destroy_qp(qp) };
+            set_errno(rc);
+            return std::ptr::null_mut();
+        }
+        mark(qp);
+        qp
+    })
+}
+
+/// `modify_qp`: the kernel first, then the NIC.
+pub unsafe extern "C" fn modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        if !qp.is_null() && !attr.is_null() && is_backed(qp) {
+            let mut cmd = ibv_modify_qp::default();
+            // SAFETY: qp is a live QP with a kernel QP; attr is non-NULL.
+            let rc = unsafe {
+                ibv_cmd_modify_qp(qp, attr, attr_mask, &mut cmd, std::mem::size_of_val(&cmd))
+            };
+            if rc != 0 {
+                return rc;
+            }
+        }
+        // SAFETY: the caller's contract is the verbs'.
+        unsafe { v::qp::modify_qp(qp, attr, attr_mask) }
+    })
+}
+
+/// `destroy_qp`: the kernel's QP first.
+pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
+    guard(libc::EIO, || {
+        if !qp.is_null() && is_backed(qp) {
+            // SAFETY: qp is a live QP with a kernel QP.
+            let rc = unsafe { ibv_cmd_destroy_qp(qp) };
+            if rc != 0 {
+                return rc;
+            }
+            unmark(qp);
+        }
+        // SAFETY: the caller's contract is the verbs'.
+        unsafe { v::qp::destroy_qp(qp) }
+    })
+}
+
+/// `create_srq`: the NIC's SRQ, then the kernel's (when its PD has one).
+pub unsafe extern "C" fn create_srq(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the caller's contract is the verbs'.
+        let srq = unsafe { v::srq::create_srq(pd, attr) };
+        if srq.is_null() || !is_backed(pd) {
+            return srq;
+        }
+        // SAFETY: the NIC accepted attr, so it is live.
+        let limits = unsafe { (*attr).attr };
+        let mut cmd = ibv_create_srq::default();
+        let mut resp = ib_uverbs_create_srq_resp::default();
+        // SAFETY: pd, srq and attr are live; the buffers are live and
+        // their sizes are theirs.
+        let rc = unsafe {
+            ibv_cmd_create_srq(
+                pd,
+                srq,
+                attr,
+                &mut cmd,
+                std::mem::size_of_val(&cmd),
+                &mut resp,
+                std::mem::size_of_val(&resp),
+            )
+        };
+        // SAFETY: as above; the NIC's limits are the SRQ's.
+        unsafe { (*attr).attr = limits };
+        if rc != 0 {
+            // SAFETY: srq is live and unused.
+            unsafe { v::srq::destroy_srq(srq) };
+            set_errno(rc);
+            return std::ptr::null_mut();
+        }
+        mark(srq);
+        srq
+    })
+}
+
+/// `destroy_srq`: the kernel's SRQ first.
+pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
+    guard(libc::EIO, || {
+        if !srq.is_null() && is_backed(srq) {
+            // SAFETY: srq is a live SRQ with a kernel SRQ.
+            let rc = unsafe { ibv_cmd_destroy_srq(srq) };
+            if rc != 0 {
+                return rc;
+            }
+            unmark(srq);
+        }
+        // SAFETY: the caller's contract is the verbs'.
+        unsafe { v::srq::destroy_srq(srq) }
+    })
+}
