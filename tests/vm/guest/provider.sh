@@ -121,10 +121,10 @@ spid=$!
 sleep 2
 expect "rdma resource show cq: the CQ of a running program" 'ibv_rc_pingpong' rdma resource show cq dev urdma1
 expect "rdma resource show pd: the PD of a running program" 'ibv_rc_pingpong' rdma resource show pd dev urdma1
-expect "rdma resource show qp: the QP of a running program, in INIT" 'type RC state INIT.*ibv_rc_pingpong' rdma resource show qp dev urdma1
+expect "rdma resource show qp: the QP of a running program, in INIT" 'type RC state INIT.*ibv_rc_pingpong' rdma resource show qp link urdma1/1
 timeout -k 5 $T ibv_rc_pingpong -d urdma0 -g "$G0" -n 5 -e $S > /tmp/cli.out 2>&1
 wait $spid
-expect "rdma resource show: no PD, CQ or QP left after the program" '^none$' sh -c "rdma resource show dev urdma1 2>/dev/null; for r in pd cq qp; do rdma resource show \$r dev urdma1; done | grep -q ibv_rc_pingpong && echo left || echo none"
+expect "rdma resource show: no PD, CQ or QP left after the program" '^none$' sh -c "(rdma resource show pd dev urdma1; rdma resource show cq dev urdma1; rdma resource show qp link urdma1/1) 2>&1 | grep -q ibv_rc_pingpong && echo left || echo none"
 # rdma-core's own CQ event tests (pyverbs), RC and UD, on urdma0.
 rm -rf /tmp/pyverbs-tests && cp -r /usr/share/doc/rdma-core/tests /tmp/pyverbs-tests &&
   gunzip -f /tmp/pyverbs-tests/*.gz
