@@ -25,8 +25,24 @@ struct urdma_cq_event {
 	__u32 pid;
 };
 
+/*
+ * URDMA_IOC_EVENT: an asynchronous event @type (enum ib_event_type) of
+ * the user QP @obj (QP events) or CQ @obj (IB_EVENT_CQ_ERR) of device
+ * @ibdev, owned by process @pid. The kernel hands it to the object's
+ * event handler (the process's async event file). Errors: ENODEV, ENOENT
+ * as above, EINVAL for a type that names neither a QP nor a CQ event.
+ */
+struct urdma_event {
+	char ibdev[URDMA_IBDEV_NAME_LEN];
+	__u32 type;
+	__u32 obj;
+	__u32 pid;
+	__u32 reserved;
+};
+
 #define URDMA_IOC_MAGIC		0xb5
 #define URDMA_IOC_CQ_EVENT	_IOW(URDMA_IOC_MAGIC, 1, struct urdma_cq_event)
+#define URDMA_IOC_EVENT		_IOW(URDMA_IOC_MAGIC, 2, struct urdma_event)
 
 /*
  * Driver data of a user create_qp: the QP number the NIC gave the QP

@@ -4,11 +4,12 @@
  * runs the engine) raises events on objects the kernel knows. Only root
  * opens it (mode 0600): a process with it can signal any user CQ.
  *
- * A completion event names the device, the CQ's number (which the
- * provider got from create_cq and gave the NIC) and the process the NIC
- * serves; the CQ must belong to that process. The event is raised under
- * the CQ table's lock, which destroy_cq takes to remove the CQ, so no
- * event reaches a CQ being destroyed.
+ * An event names the device, the object's number (which the provider
+ * got from create_cq or create_qp and gave the NIC) and the process the
+ * NIC serves; the object must belong to that process. The event is
+ * raised under the object table's lock, which destroy_cq and destroy_qp
+ * take to remove the object, so no event reaches an object being
+ * destroyed.
  */
 #include <linux/miscdevice.h>
 #include <linux/module.h>
@@ -41,16 +42,90 @@ static int urdma_nic_cq_event(struct urdma_dev *dev, u32 id, u32 pid)
 	return err;
 }
 
-static long urdma_nic_ioctl(struct file *file, unsigned int cmd,
-			    unsigned long arg)
+static bool urdma_qp_event_type(u32 type)
+{
+	switch (type) {
+	case IB_EVENT_QP_FATAL:
+	case IB_EVENT_QP_REQ_ERR:
+	case IB_EVENT_QP_ACCESS_ERR:
+	case IB_EVENT_COMM_EST:
+	case IB_EVENT_SQ_DRAINED:
+	case IB_EVENT_PATH_MIG:
+	case IB_EVENT_PATH_MIG_ERR:
+	case IB_EVENT_QP_LAST_WQE_REACHED:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static int urdma_nic_qp_event(struct urdma_dev *dev, u32 id, u32 pid,
+			      u32 type)
+{
+	struct ib_event ev = { .device = &dev->ibdev, .event = type };
+	struct urdma_qp *qp;
+	int err = -ENOENT;
+
+	xa_lock(&dev->qps);
+	qp = xa_load(&dev->qps, id);
+	if (qp && urdma_owned_by(&qp->ibqp.res, pid)) {
+		ev.element.qp = &qp->ibqp;
+		if (qp->ibqp.event_handler)
+			qp->ibqp.event_handler(&ev, qp->ibqp.qp_context);
+		err = 0;
+	}
+	xa_unlock(&dev->qps);
+	return err;
+}
+
+static int urdma_nic_cq_err(struct urdma_dev *dev, u32 id, u32 pid)
+{
+	struct ib_event ev = { .device = &dev->ibdev, .event = IB_EVENT_CQ_ERR };
+	struct urdma_cq *cq;
+	int err = -ENOENT;
+
+	xa_lock(&dev->cqs);
+	cq = xa_load(&dev->cqs, id);
+	if (cq && urdma_owned_by(&cq->ibcq.res, pid)) {
+		ev.element.cq = &cq->ibcq;
+		if (cq->ibcq.event_handler)
+			cq->ibcq.event_handler(&ev, cq->ibcq.cq_context);
+		err = 0;
+	}
+	xa_unlock(&dev->cqs);
+	return err;
+}
+
+static long urdma_nic_event(void __user *arg)
+{
+	struct urdma_event ev;
+	struct urdma_dev *dev;
+	long err;
+
+	if (copy_from_user(&ev, arg, sizeof(ev)))
+		return -EFAULT;
+	ev.ibdev[sizeof(ev.ibdev) - 1] = '\0';
+	if (ev.type != IB_EVENT_CQ_ERR && !urdma_qp_event_type(ev.type))
+		return -EINVAL;
+
+	dev = urdma_get_by_name(ev.ibdev);
+	if (!dev)
+		return -ENODEV;
+	if (ev.type == IB_EVENT_CQ_ERR)
+		err = urdma_nic_cq_err(dev, ev.obj, ev.pid);
+	else
+		err = urdma_nic_qp_event(dev, ev.obj, ev.pid, ev.type);
+	ib_device_put(&dev->ibdev);
+	return err;
+}
+
+static long urdma_nic_cq_event_cmd(void __user *arg)
 {
 	struct urdma_cq_event ev;
 	struct urdma_dev *dev;
 	long err;
 
-	if (cmd != URDMA_IOC_CQ_EVENT)
-		return -ENOTTY;
-	if (copy_from_user(&ev, (void __user *)arg, sizeof(ev)))
+	if (copy_from_user(&ev, arg, sizeof(ev)))
 		return -EFAULT;
 	ev.ibdev[sizeof(ev.ibdev) - 1] = '\0';
 
@@ -60,6 +135,19 @@ static long urdma_nic_ioctl(struct file *file, unsigned int cmd,
 	err = urdma_nic_cq_event(dev, ev.cq, ev.pid);
 	ib_device_put(&dev->ibdev);
 	return err;
+}
+
+static long urdma_nic_ioctl(struct file *file, unsigned int cmd,
+			    unsigned long arg)
+{
+	switch (cmd) {
+	case URDMA_IOC_CQ_EVENT:
+		return urdma_nic_cq_event_cmd((void __user *)arg);
+	case URDMA_IOC_EVENT:
+		return urdma_nic_event((void __user *)arg);
+	default:
+		return -ENOTTY;
+	}
 }
 
 static const struct file_operations urdma_nic_fops = {

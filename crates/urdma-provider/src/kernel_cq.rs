@@ -1,14 +1,15 @@
 //! CQs in the kernel too: each CQ the provider creates in the NIC also
 //! exists in `urdma.ko`, made through uverbs (`ibv_cmd_create_cq`), so
-//! that the kernel tracks it (`rdma resource show cq`) and, when the CQ
-//! has a completion channel, the NIC raises its completion events on the
-//! kernel's channel, where the system library's `ibv_get_cq_event` reads
-//! them. The kernel's CQ number travels to the NIC with
-//! [`urdma::Device::bind_cq_to_kernel`].
+//! that the kernel tracks it (`rdma resource show cq`), and the NIC
+//! raises its completion events on the kernel's completion channel, where
+//! the system library's `ibv_get_cq_event` reads them, and its CQ_ERR
+//! event on the kernel's async event file. The kernel's CQ number travels
+//! to the NIC with [`urdma::Device::bind_cq_to_kernel`]; a CQ with a
+//! channel fails when the NIC cannot reach the kernel.
 
 use crate::driver::{ibv_cmd_create_cq, ibv_cmd_destroy_cq, ibv_create_cq, CreateCqResp};
 use std::os::raw::c_int;
-use urdma::nic::kernel::KernelCq;
+use urdma::nic::kernel::KernelObject;
 use urdma_verbs as v;
 use urdma_verbs::cq::Cq;
 use urdma_verbs::sys::*;
@@ -89,23 +90,21 @@ unsafe fn create_in_kernel(
     }
     // SAFETY: as above.
     unsafe { (*cq).cqe = capacity };
-    if channel.is_null() {
-        return Ok(());
-    }
     // SAFETY: context and its device are the library's, live.
     let ibdev = crate::c_string(unsafe { &(*(*context).device).name });
     let bound = Cq::from_ptr(cq).and_then(|q| {
         q.dev
             .device
-            .bind_cq_to_kernel(&q.cq, KernelCq { ibdev, id: resp.cq })
+            .bind_cq_to_kernel(&q.cq, KernelObject { ibdev, id: resp.cq })
             .map_err(|e| {
-                eprintln!(
-                    "urdma: a CQ with a completion channel needs the NIC to reach the kernel: {e}"
-                );
+                if !channel.is_null() {
+                    eprintln!("urdma: a CQ with a completion channel needs the NIC to reach the kernel: {e}");
+                }
                 e.errno()
             })
     });
-    if let Err(e) = bound {
+    // Without a channel, the binding only carries IBV_EVENT_CQ_ERR.
+    if let (Err(e), false) = (bound, channel.is_null()) {
         // SAFETY: the kernel's CQ was just made and has no events.
         unsafe { ibv_cmd_destroy_cq(cq) };
         return Err(e);

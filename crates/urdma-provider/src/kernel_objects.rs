@@ -104,11 +104,7 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
         }
         // SAFETY: the NIC accepted attr, so it is a live init_attr.
         let a = unsafe { &mut *attr };
-        if !(is_backed(pd)
-            && is_backed(a.send_cq)
-            && is_backed(a.recv_cq)
-            && is_backed(a.srq))
-        {
+        if !(is_backed(pd) && is_backed(a.send_cq) && is_backed(a.recv_cq) && is_backed(a.srq)) {
             return qp;
         }
         let cap = a.cap;
@@ -140,8 +136,36 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
             return std::ptr::null_mut();
         }
         mark(qp);
+        // SAFETY: qp and its context are live.
+        unsafe { bind_events(qp, resp.qp) };
         qp
     })
+}
+
+/// Have the NIC raise `qp`'s asynchronous events on the kernel's QP `id`,
+/// where the system library's `ibv_get_async_event` reads them. A NIC
+/// that cannot reach the kernel (not root) keeps them: they are then not
+/// delivered, which is said once.
+///
+/// # Safety
+/// `qp` is a live QP of this provider.
+unsafe fn bind_events(qp: *mut ibv_qp, id: u32) {
+    // SAFETY: the caller's contract; the context and its device are the
+    // library's, live.
+    let ibdev = crate::c_string(unsafe { &(*(*(*qp).context).device).name });
+    let Ok(q) = v::qp::Qp::from_ptr(qp) else {
+        return;
+    };
+    let bound = q
+        .dev
+        .device
+        .bind_qp_to_kernel(q.qpn, urdma::nic::kernel::KernelObject { ibdev, id });
+    if let Err(e) = bound {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            eprintln!("urdma: asynchronous events of QPs are not delivered: {e}");
+        });
+    }
 }
 
 /// `modify_qp`: the kernel first, then the NIC.
@@ -183,10 +207,7 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
 }
 
 /// `create_srq`: the NIC's SRQ, then the kernel's (when its PD has one).
-pub unsafe extern "C" fn create_srq(
-    pd: *mut ibv_pd,
-    attr: *mut ibv_srq_init_attr,
-) -> *mut ibv_srq {
+pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     guard(std::ptr::null_mut(), || {
         // SAFETY: the caller's contract is the verbs'.
         let srq = unsafe { v::srq::create_srq(pd, attr) };

@@ -19,12 +19,13 @@
 //! others are refused with `EINVAL`.
 //!
 //! Completion channels and asynchronous events of the system library use
-//! the kernel's event files. Every CQ made with `ibv_create_cq` exists in
-//! the kernel module too ([`kernel_cq`]), and the NIC raises the events
-//! of a CQ with a completion channel there (this needs a NIC that can
-//! open `/dev/urdma`: one started by root, or run as root). CQs made with
-//! `ibv_create_cq_ex` and a channel are refused, and no asynchronous
-//! event is reported yet.
+//! the kernel's event files. PDs, CQs, QPs and SRQs made with the plain
+//! verbs exist in the kernel module too ([`kernel_cq`],
+//! [`kernel_objects`]), and the NIC raises their completion and
+//! asynchronous events there (this needs a NIC that can open
+//! `/dev/urdma`: one started by root, or run as root). Objects made with
+//! the `_ex` verbs stay out of the kernel: a CQ made with
+//! `ibv_create_cq_ex` and a channel is refused.
 
 #![allow(clippy::missing_safety_doc)]
 

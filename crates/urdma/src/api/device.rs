@@ -231,7 +231,11 @@ impl Device {
     /// kernel module (made through uverbs by this process, with the
     /// kernel's completion channel) instead of calling the CQ's own
     /// notifier. Needs the module's NIC file (`/dev/urdma`, root).
-    pub fn bind_cq_to_kernel(&self, cq: &Cq, kernel: crate::nic::kernel::KernelCq) -> Result<()> {
+    pub fn bind_cq_to_kernel(
+        &self,
+        cq: &Cq,
+        kernel: crate::nic::kernel::KernelObject,
+    ) -> Result<()> {
         match &self.inner.link {
             Link::Embedded(_) => {
                 let notify =
@@ -242,6 +246,23 @@ impl Device {
                 Ok(())
             }
             Link::Agent(a) => a.bind_cq(cq.cqn(), kernel),
+        }
+    }
+
+    /// Have the NIC raise QP `qpn`'s asynchronous events on a QP of the
+    /// urdma kernel module (made through uverbs by this process), where the
+    /// kernel's async event file reports them. Needs the shared NIC
+    /// agent, able to open `/dev/urdma` (root).
+    pub fn bind_qp_to_kernel(
+        &self,
+        qpn: u32,
+        kernel: crate::nic::kernel::KernelObject,
+    ) -> Result<()> {
+        match &self.inner.link {
+            Link::Embedded(_) => Err(crate::Error::NotSupported(
+                "kernel async events need the shared NIC agent".into(),
+            )),
+            Link::Agent(a) => a.bind_qp(qpn, kernel),
         }
     }
 

@@ -4,6 +4,7 @@
 //! through the protocol of [`super::proto`].
 
 use super::channel;
+use super::kernel::{KernelNic, KernelObject};
 use super::proto::{self, Event, Request, Value};
 use super::session::{EventSink, Session};
 use crate::api::{Device, DeviceConfig};
@@ -65,6 +66,9 @@ pub struct AgentDevice {
     pub driver: Arc<crate::fabric::udp::UdpDriver>,
     next_cqn: AtomicU32,
     owners: Mutex<HashMap<Object, Weak<EventSink>>>,
+    /// Objects whose events go to the kernel's object instead (with the
+    /// owning process).
+    kernel_routes: Mutex<HashMap<Object, (KernelObject, u32)>>,
     users: AtomicUsize,
     /// What each session holds, by session id.
     holdings: Mutex<HashMap<u64, ProcessStats>>,
@@ -90,6 +94,19 @@ impl AgentDevice {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&obj);
+        self.kernel_routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&obj);
+    }
+
+    /// Route the object's events to `kernel`, an object of process `pid`
+    /// in the urdma kernel module.
+    pub fn route_to_kernel(&self, obj: Object, kernel: KernelObject, pid: u32) {
+        self.kernel_routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(obj, (kernel, pid));
     }
 
     /// Record what session `id` holds now (None: it is gone).
@@ -118,6 +135,20 @@ impl AgentDevice {
     }
 
     fn route(&self, ev: AsyncEvent) {
+        let obj = Object::of(&ev);
+        let kernel = self
+            .kernel_routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&obj)
+            .cloned();
+        if let Some((k, pid)) = kernel {
+            let raised = KernelNic::shared().and_then(|nic| nic.event(&k, ev.kind as u32, pid));
+            if let Err(e) = raised {
+                tracing::debug!(?ev, error = %e, "event not raised in the kernel");
+            }
+            return;
+        }
         let sink = self
             .owners
             .lock()
@@ -160,6 +191,7 @@ impl Nic {
             driver,
             next_cqn: AtomicU32::new(1),
             owners: Mutex::new(HashMap::new()),
+            kernel_routes: Mutex::new(HashMap::new()),
             users: AtomicUsize::new(1),
             holdings: Mutex::new(HashMap::new()),
         });

@@ -2,7 +2,7 @@
 //! on demand, that turns engine commands into requests and keeps what a
 //! driver must know to check posts itself (QP state and limits).
 
-use super::kernel::KernelCq;
+use super::kernel::KernelObject;
 use super::proto::{self, Event, Request, Value};
 use super::{channel, spawn};
 use crate::cq::CqShared;
@@ -220,8 +220,14 @@ impl AgentLink {
     }
 
     /// Have the NIC raise the CQ's completion events on `kernel`.
-    pub fn bind_cq(&self, cqn: u32, kernel: KernelCq) -> Result<()> {
+    pub fn bind_cq(&self, cqn: u32, kernel: KernelObject) -> Result<()> {
         self.request(&Request::BindCq { cqn, kernel }, &[])?;
+        Ok(())
+    }
+
+    /// Have the NIC raise the QP's asynchronous events on `kernel`.
+    pub fn bind_qp(&self, qpn: u32, kernel: KernelObject) -> Result<()> {
+        self.request(&Request::BindQp { qpn, kernel }, &[])?;
         Ok(())
     }
 

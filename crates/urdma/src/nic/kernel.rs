@@ -1,6 +1,7 @@
 //! The urdma kernel module's NIC file (`/dev/urdma`, see
 //! `kernel/urdma_abi.h`): how the NIC raises completion events on the
-//! kernel's completion channels for CQs that a provider created through
+//! kernel's completion channels, and asynchronous events on the kernel's
+//! async event files, for CQs and QPs that a provider created through
 //! uverbs. Only root opens it.
 
 use std::fs::File;
@@ -22,14 +23,25 @@ struct CqEventCmd {
     pid: u32,
 }
 
-nix::ioctl_write_ptr!(ioc_cq_event, 0xb5, 1, CqEventCmd);
+/// `struct urdma_event`.
+#[repr(C)]
+struct EventCmd {
+    ibdev: [u8; IBDEV_NAME_LEN],
+    kind: u32,
+    obj: u32,
+    pid: u32,
+    reserved: u32,
+}
 
-/// A kernel CQ that the NIC signals: its device and number.
+nix::ioctl_write_ptr!(ioc_cq_event, 0xb5, 1, CqEventCmd);
+nix::ioctl_write_ptr!(ioc_event, 0xb5, 2, EventCmd);
+
+/// A kernel CQ or QP that the NIC signals: its device and number.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct KernelCq {
+pub struct KernelObject {
     /// The kernel device's name (`urdma0`).
     pub ibdev: String,
-    /// The number the kernel's create_cq returned.
+    /// The number the kernel's create_cq or create_qp returned.
     pub id: u32,
 }
 
@@ -56,8 +68,25 @@ impl KernelNic {
         .map_err(|(kind, msg)| io::Error::new(kind, msg))
     }
 
+    /// Raise the asynchronous event `kind` (an `ibv_event_type`: a QP's
+    /// event, or IBV_EVENT_CQ_ERR) on `obj`, an object of process `pid`.
+    pub fn event(&self, obj: &KernelObject, kind: u32, pid: u32) -> io::Result<()> {
+        let c = cq_event_cmd(obj, pid)?;
+        let cmd = EventCmd {
+            ibdev: c.ibdev,
+            kind,
+            obj: obj.id,
+            pid,
+            reserved: 0,
+        };
+        // SAFETY: as in cq_event.
+        unsafe { ioc_event(self.file.as_raw_fd(), &cmd) }
+            .map(drop)
+            .map_err(io::Error::from)
+    }
+
     /// Raise a completion event on `cq`, a CQ of process `pid`.
-    pub fn cq_event(&self, cq: &KernelCq, pid: u32) -> io::Result<()> {
+    pub fn cq_event(&self, cq: &KernelObject, pid: u32) -> io::Result<()> {
         let cmd = cq_event_cmd(cq, pid)?;
         // SAFETY: the command is a live, fully initialised struct of the
         // layout the ioctl number encodes; the kernel only reads it.
@@ -70,7 +99,7 @@ impl KernelNic {
 /// A CQ notifier ([`crate::cq::CqNotifier`]) that raises each event of a
 /// CQ of process `pid` on the kernel's `cq`; fails if the NIC file cannot
 /// be opened.
-pub fn cq_notifier(cq: KernelCq, pid: u32) -> io::Result<crate::cq::CqNotifier> {
+pub fn cq_notifier(cq: KernelObject, pid: u32) -> io::Result<crate::cq::CqNotifier> {
     let nic = KernelNic::shared()?;
     cq_event_cmd(&cq, pid)?;
     Ok(Box::new(move || {
@@ -80,7 +109,7 @@ pub fn cq_notifier(cq: KernelCq, pid: u32) -> io::Result<crate::cq::CqNotifier> 
     }))
 }
 
-fn cq_event_cmd(cq: &KernelCq, pid: u32) -> io::Result<CqEventCmd> {
+fn cq_event_cmd(cq: &KernelObject, pid: u32) -> io::Result<CqEventCmd> {
     let name = cq.ibdev.as_bytes();
     if name.is_empty() || name.len() >= IBDEV_NAME_LEN || name.contains(&0) {
         return Err(io::Error::new(
@@ -111,11 +140,15 @@ mod tests {
             nix::request_code_write!(0xb5, 1, std::mem::size_of::<CqEventCmd>()),
             0x4048_b501
         );
+        assert_eq!(std::mem::size_of::<EventCmd>(), 80);
+        assert_eq!(std::mem::offset_of!(EventCmd, kind), 64);
+        assert_eq!(std::mem::offset_of!(EventCmd, obj), 68);
+        assert_eq!(std::mem::offset_of!(EventCmd, pid), 72);
     }
 
     #[test]
     fn device_names_are_checked() {
-        let cq = |ibdev: &str| KernelCq {
+        let cq = |ibdev: &str| KernelObject {
             ibdev: ibdev.into(),
             id: 1,
         };

@@ -96,7 +96,16 @@ pub enum Request {
         /// The CQ.
         cqn: u32,
         /// The kernel's CQ.
-        kernel: super::kernel::KernelCq,
+        kernel: super::kernel::KernelObject,
+    },
+    /// Raise the QP's asynchronous events on a QP of the kernel (one the
+    /// driver created through uverbs) instead of sending them to the
+    /// driver.
+    BindQp {
+        /// The QP.
+        qpn: u32,
+        /// The kernel's QP.
+        kernel: super::kernel::KernelObject,
     },
     /// Create a QP.
     CreateQp {

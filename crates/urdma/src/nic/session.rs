@@ -244,9 +244,17 @@ impl Session {
             }
             R::BindCq { cqn, kernel } => {
                 let cq = self.cq(cqn)?;
-                let notify = super::kernel::cq_notifier(kernel, self.pid)
+                let notify = super::kernel::cq_notifier(kernel.clone(), self.pid)
                     .map_err(|e| Error::NotSupported(format!("kernel completion events: {e}")))?;
                 cq.set_notifier(Some(notify));
+                dev.route_to_kernel(super::agent::Object::Cq(cqn), kernel, self.pid);
+                Value::Done
+            }
+            R::BindQp { qpn, kernel } => {
+                self.qp(qpn)?;
+                super::kernel::KernelNic::shared()
+                    .map_err(|e| Error::NotSupported(format!("kernel async events: {e}")))?;
+                dev.route_to_kernel(super::agent::Object::Qp(qpn), kernel, self.pid);
                 Value::Done
             }
             R::DestroyCq { cqn } => {
