@@ -22,6 +22,8 @@ struct urdma_dev {
 	struct list_head list;		/* on urdma_devices while registered */
 	struct xarray cqs;		/* user CQs by number, for the NIC's events */
 	struct xarray qps;		/* user QPs by number, for the NIC's events */
+	u32 next_cq;			/* numbers are handed out cyclically, */
+	u32 next_qp;			/* so a freed one is not reused at once */
 };
 
 static inline struct urdma_dev *to_urdma(struct ib_device *ibdev)
@@ -50,7 +52,7 @@ static inline struct urdma_cq *to_urdma_cq(struct ib_cq *ibcq)
 struct urdma_qp {
 	struct ib_qp ibqp;
 	u32 id;				/* in urdma_dev.qps (0: none) */
-	struct mutex lock;		/* guards attr */
+	spinlock_t lock;		/* guards attr */
 	struct ib_qp_attr attr;		/* as the last modify_qp left it */
 	struct ib_qp_cap cap;
 	enum ib_sig_type sq_sig_type;

@@ -27,21 +27,22 @@ void urdma_forget_device(struct urdma_dev *dev)
 	}
 }
 
-/* Find our device named @name, with a reference, or NULL. */
+/*
+ * Find our device named @name, with a reference, or NULL. The RDMA core
+ * looks the name up under its own lock (a device may be renamed).
+ */
 struct urdma_dev *urdma_get_by_name(const char *name)
 {
-	struct urdma_dev *dev, *found = NULL;
+	struct ib_device *ibdev;
 
-	mutex_lock(&urdma_devices_lock);
-	list_for_each_entry(dev, &urdma_devices, list) {
-		if (!strcmp(dev_name(&dev->ibdev.dev), name) &&
-		    ib_device_try_get(&dev->ibdev)) {
-			found = dev;
-			break;
-		}
+	ibdev = ib_device_get_by_name(name, RDMA_DRIVER_UNKNOWN);
+	if (!ibdev)
+		return NULL;
+	if (ibdev->ops.owner != THIS_MODULE) {
+		ib_device_put(ibdev);
+		return NULL;
 	}
-	mutex_unlock(&urdma_devices_lock);
-	return found;
+	return to_urdma(ibdev);
 }
 
 /* Find our device bound to @ndev, with a reference, or NULL. */

@@ -69,6 +69,13 @@ static int urdma_nic_qp_event(struct urdma_dev *dev, u32 id, u32 pid,
 	xa_lock(&dev->qps);
 	qp = xa_load(&dev->qps, id);
 	if (qp && urdma_owned_by(&qp->ibqp.res, pid)) {
+		/* The NIC moved the QP to ERR: so does the kernel's copy. */
+		if (type == IB_EVENT_QP_FATAL || type == IB_EVENT_QP_REQ_ERR ||
+		    type == IB_EVENT_QP_ACCESS_ERR) {
+			spin_lock(&qp->lock);
+			qp->attr.qp_state = IB_QPS_ERR;
+			spin_unlock(&qp->lock);
+		}
 		ev.element.qp = &qp->ibqp;
 		if (qp->ibqp.event_handler)
 			qp->ibqp.event_handler(&ev, qp->ibqp.qp_context);

@@ -146,8 +146,9 @@ static int urdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *att
 	if (udata->outlen < sizeof(resp))
 		return -EINVAL;
 
-	err = xa_alloc(&dev->cqs, &cq->id, cq, xa_limit_31b, GFP_KERNEL);
-	if (err)
+	err = xa_alloc_cyclic(&dev->cqs, &cq->id, cq, xa_limit_31b,
+			      &dev->next_cq, GFP_KERNEL);
+	if (err < 0)
 		return err;
 	ibcq->cqe = attr->cqe;
 	resp.cq = cq->id;
@@ -208,16 +209,17 @@ static int urdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	if (err)
 		return err;
 	/* QP numbers 0 and 1 are the special QPs. */
-	if (cmd.qpn < 2 || cmd.qpn > 0xffffff)
+	if (cmd.qpn < 2 || cmd.qpn > 0xffffff || cmd.reserved)
 		return -EINVAL;
 
-	mutex_init(&qp->lock);
+	spin_lock_init(&qp->lock);
 	qp->attr.qp_state = IB_QPS_RESET;
 	qp->cap = init->cap;
 	qp->sq_sig_type = init->sq_sig_type;
 	ibqp->qp_num = cmd.qpn;
-	err = xa_alloc(&dev->qps, &qp->id, qp, xa_limit_31b, GFP_KERNEL);
-	if (err)
+	err = xa_alloc_cyclic(&dev->qps, &qp->id, qp, xa_limit_31b,
+			      &dev->next_qp, GFP_KERNEL);
+	if (err < 0)
 		return err;
 	resp.qp = qp->id;
 	err = ib_copy_to_udata(udata, &resp, sizeof(resp));
@@ -229,8 +231,10 @@ static int urdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 }
 
 /*
- * The NIC checked and applied the modification already (the provider
- * asks it first); the kernel's copy of the attributes follows, for
+ * The provider modifies the kernel's QP first, then the NIC's. The
+ * transition is checked here as IBTA (and the RDMA core's table) has it,
+ * so that a modification the NIC would refuse for its state or mask is
+ * refused here first; the kernel's copy of the attributes is kept for
  * query_qp and the resource tracker. The address vector is not kept.
  */
 static int urdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
@@ -238,8 +242,15 @@ static int urdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 {
 	struct urdma_qp *qp = to_urdma_qp(ibqp);
 	struct ib_qp_attr *a = &qp->attr;
+	enum ib_qp_state cur, next;
 
-	mutex_lock(&qp->lock);
+	spin_lock(&qp->lock);
+	cur = (mask & IB_QP_CUR_STATE) ? attr->cur_qp_state : a->qp_state;
+	next = (mask & IB_QP_STATE) ? attr->qp_state : cur;
+	if (!ib_modify_qp_is_ok(cur, next, ibqp->qp_type, mask)) {
+		spin_unlock(&qp->lock);
+		return -EINVAL;
+	}
 	if (mask & IB_QP_STATE)
 		a->qp_state = attr->qp_state;
 	if (mask & IB_QP_ACCESS_FLAGS)
@@ -270,7 +281,7 @@ static int urdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 		a->max_dest_rd_atomic = attr->max_dest_rd_atomic;
 	if (mask & IB_QP_DEST_QPN)
 		a->dest_qp_num = attr->dest_qp_num;
-	mutex_unlock(&qp->lock);
+	spin_unlock(&qp->lock);
 	return 0;
 }
 
@@ -279,9 +290,9 @@ static int urdma_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 {
 	struct urdma_qp *qp = to_urdma_qp(ibqp);
 
-	mutex_lock(&qp->lock);
+	spin_lock(&qp->lock);
 	*attr = qp->attr;
-	mutex_unlock(&qp->lock);
+	spin_unlock(&qp->lock);
 	attr->cur_qp_state = attr->qp_state;
 	attr->path_mig_state = IB_MIG_MIGRATED;
 	attr->cap = qp->cap;

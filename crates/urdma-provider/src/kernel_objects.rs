@@ -2,8 +2,8 @@
 //! the NIC also exists in `urdma.ko`, made through uverbs, so that the
 //! kernel tracks it (`rdma resource show pd|qp|srq`, with its program and,
 //! for a QP, its number, state and PSNs). A QP is modified in the kernel
-//! first (which checks the transition as the RDMA core does), then in the
-//! NIC. Objects made without a kernel counterpart (through the `_ex`
+//! first (which checks the transition against IBTA's table, resolves the
+//! address vector and keeps a copy of the attributes), then in the NIC. Objects made without a kernel counterpart (through the `_ex`
 //! verbs, or on a PD or CQ that has none) stay out of the kernel, and so
 //! do QPs built on them.
 

@@ -30,6 +30,9 @@ cleanup() {
   ip link del urdmad1 2>/dev/null
   umount /etc/libibverbs.d 2>/dev/null
   umount $PROVIDERS 2>/dev/null
+  # The NIC agent holds /dev/urdma (and so the module) while it runs.
+  pkill -f "urdma agent" 2>/dev/null
+  for _ in $(seq 50); do pgrep -f "urdma agent" >/dev/null || break; sleep 0.1; done
   rmmod urdma 2>/dev/null
 }
 trap cleanup EXIT
@@ -151,7 +154,16 @@ print(call(ev, struct.pack("64sII", b"urdma1", 1, 1)),
       call(0xb5ff, b"\0" * 8))'
 expect "a GID index that is not the device's address is refused" 'EINVAL|Invalid argument|Failed to modify|failed|rc=[1-9]' \
   sh -c "timeout -k 5 30 ibv_rc_pingpong -d urdma1 -g 0 -n 1 >/dev/null 2>&1 & sleep 1; timeout -k 5 30 ibv_rc_pingpong -d urdma0 -g 0 -n 1 $S; echo rc=\$?; wait"
-expect "kernel log clean" '^clean$' sh -c 'dmesg | grep -E "WARNING|BUG:|Oops|Call Trace|refcount|leak" || echo clean'
+# While the NIC agent holds /dev/urdma (a program waits on a completion
+# channel), the module cannot be unloaded.
+timeout -k 5 $T ibv_rc_pingpong -d urdma1 -g "$G1" -n 1 -e > /dev/null 2>&1 &
+spid=$!
+sleep 2
+expect "rmmod urdma is refused while the NIC agent holds /dev/urdma" 'in use|busy' sh -c 'rmmod urdma 2>&1'
+kill $spid 2>/dev/null
+wait $spid 2>/dev/null
 trap - EXIT
 cleanup
+if lsmod | grep -q "^urdma "; then fail "urdma.ko unloads once the agent is gone"; else ok "urdma.ko unloads once the agent is gone"; fi
+expect "kernel log clean (after rmmod)" '^clean$' sh -c 'dmesg | grep -E "WARNING|BUG:|Oops|Call Trace|refcount|leak" || echo clean'
 [ $failures -eq 0 ]

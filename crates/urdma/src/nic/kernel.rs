@@ -52,20 +52,20 @@ pub struct KernelNic {
 }
 
 impl KernelNic {
-    /// The process's NIC file, opened on first use; the error says why
-    /// it cannot be (no module loaded, not root).
+    /// The process's NIC file, opened on first use (a failed open is
+    /// tried again next time: the module may be loaded later); the error
+    /// says why it cannot be opened (no module loaded, not root).
     pub fn shared() -> io::Result<Arc<KernelNic>> {
-        static NIC: OnceLock<Result<Arc<KernelNic>, (io::ErrorKind, String)>> = OnceLock::new();
-        NIC.get_or_init(|| {
-            File::options()
-                .read(true)
-                .write(true)
-                .open(PATH)
-                .map(|file| Arc::new(KernelNic { file }))
-                .map_err(|e| (e.kind(), format!("cannot open {PATH}: {e}")))
-        })
-        .clone()
-        .map_err(|(kind, msg)| io::Error::new(kind, msg))
+        static NIC: OnceLock<Arc<KernelNic>> = OnceLock::new();
+        if let Some(nic) = NIC.get() {
+            return Ok(nic.clone());
+        }
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .open(PATH)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot open {PATH}: {e}")))?;
+        Ok(NIC.get_or_init(|| Arc::new(KernelNic { file })).clone())
     }
 
     /// Raise the asynchronous event `kind` (an `ibv_event_type`: a QP's
