@@ -22,8 +22,10 @@ struct urdma_dev {
 	struct list_head list;		/* on urdma_devices while registered */
 	struct xarray cqs;		/* user CQs by number, for the NIC's events */
 	struct xarray qps;		/* user QPs by number, for the NIC's events */
+	struct xarray srqs;		/* user SRQs by number, for the NIC's events */
 	u32 next_cq;			/* numbers are handed out cyclically, */
 	u32 next_qp;			/* so a freed one is not reused at once */
+	u32 next_srq;
 };
 
 static inline struct urdma_dev *to_urdma(struct ib_device *ibdev)
@@ -69,7 +71,13 @@ struct urdma_ah {
 
 struct urdma_srq {
 	struct ib_srq ibsrq;
+	u32 id;				/* in urdma_dev.srqs (0: none) */
 };
+
+static inline struct urdma_srq *to_urdma_srq(struct ib_srq *ibsrq)
+{
+	return container_of(ibsrq, struct urdma_srq, ibsrq);
+}
 
 extern const struct ib_device_ops urdma_dev_ops;
 

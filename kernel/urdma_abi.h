@@ -27,10 +27,11 @@ struct urdma_cq_event {
 
 /*
  * URDMA_IOC_EVENT: an asynchronous event @type (enum ib_event_type) of
- * the user QP @obj (QP events) or CQ @obj (IB_EVENT_CQ_ERR) of device
+ * the user QP @obj (QP events), CQ @obj (IB_EVENT_CQ_ERR) or SRQ @obj
+ * (IB_EVENT_SRQ_ERR, IB_EVENT_SRQ_LIMIT_REACHED) of device
  * @ibdev, owned by process @pid. The kernel hands it to the object's
  * event handler (the process's async event file). Errors: ENODEV, ENOENT
- * as above, EINVAL for a type that names neither a QP nor a CQ event.
+ * as above, EINVAL for a type that names no QP, CQ or SRQ event.
  */
 struct urdma_event {
 	char ibdev[URDMA_IBDEV_NAME_LEN];
@@ -56,6 +57,12 @@ struct urdma_create_qp_cmd {
 /* Driver data of the response to a user create_qp: the QP's number here. */
 struct urdma_create_qp_resp {
 	__u32 qp;
+	__u32 reserved;
+};
+
+/* Driver data of the response to a user create_srq: the SRQ's number. */
+struct urdma_create_srq_resp {
+	__u32 srq;
 	__u32 reserved;
 };
 

@@ -80,6 +80,7 @@ static int urdma_newlink(const char *ibdev_name, struct net_device *ndev)
 	INIT_LIST_HEAD(&dev->list);
 	xa_init_flags(&dev->cqs, XA_FLAGS_ALLOC1);
 	xa_init_flags(&dev->qps, XA_FLAGS_ALLOC1);
+	xa_init_flags(&dev->srqs, XA_FLAGS_ALLOC1);
 	dev_hold(ndev);
 	dev->ndev = ndev;
 

@@ -5,10 +5,10 @@
  * opens it (mode 0600): a process with it can signal any user CQ.
  *
  * An event names the device, the object's number (which the provider
- * got from create_cq or create_qp and gave the NIC) and the process the
+ * got from create_cq, create_qp or create_srq and gave the NIC) and the process the
  * NIC serves; the object must belong to that process. The event is
- * raised under the object table's lock, which destroy_cq and destroy_qp
- * take to remove the object, so no event reaches an object being
+ * raised under the object table's lock, which the destroy verbs take to
+ * remove the object, so no event reaches an object being
  * destroyed.
  */
 #include <linux/miscdevice.h>
@@ -103,6 +103,25 @@ static int urdma_nic_cq_err(struct urdma_dev *dev, u32 id, u32 pid)
 	return err;
 }
 
+static int urdma_nic_srq_event(struct urdma_dev *dev, u32 id, u32 pid,
+			       u32 type)
+{
+	struct ib_event ev = { .device = &dev->ibdev, .event = type };
+	struct urdma_srq *srq;
+	int err = -ENOENT;
+
+	xa_lock(&dev->srqs);
+	srq = xa_load(&dev->srqs, id);
+	if (srq && urdma_owned_by(&srq->ibsrq.res, pid)) {
+		ev.element.srq = &srq->ibsrq;
+		if (srq->ibsrq.event_handler)
+			srq->ibsrq.event_handler(&ev, srq->ibsrq.srq_context);
+		err = 0;
+	}
+	xa_unlock(&dev->srqs);
+	return err;
+}
+
 static long urdma_nic_event(void __user *arg)
 {
 	struct urdma_event ev;
@@ -112,7 +131,8 @@ static long urdma_nic_event(void __user *arg)
 	if (copy_from_user(&ev, arg, sizeof(ev)))
 		return -EFAULT;
 	ev.ibdev[sizeof(ev.ibdev) - 1] = '\0';
-	if (ev.type != IB_EVENT_CQ_ERR && !urdma_qp_event_type(ev.type))
+	if (ev.type != IB_EVENT_CQ_ERR && ev.type != IB_EVENT_SRQ_ERR &&
+	    ev.type != IB_EVENT_SRQ_LIMIT_REACHED && !urdma_qp_event_type(ev.type))
 		return -EINVAL;
 
 	dev = urdma_get_by_name(ev.ibdev);
@@ -120,6 +140,9 @@ static long urdma_nic_event(void __user *arg)
 		return -ENODEV;
 	if (ev.type == IB_EVENT_CQ_ERR)
 		err = urdma_nic_cq_err(dev, ev.obj, ev.pid);
+	else if (ev.type == IB_EVENT_SRQ_ERR ||
+		 ev.type == IB_EVENT_SRQ_LIMIT_REACHED)
+		err = urdma_nic_srq_event(dev, ev.obj, ev.pid, ev.type);
 	else
 		err = urdma_nic_qp_event(dev, ev.obj, ev.pid, ev.type);
 	ib_device_put(&dev->ibdev);

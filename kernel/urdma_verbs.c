@@ -321,15 +321,38 @@ static int urdma_create_srq(struct ib_srq *ibsrq,
 			    struct ib_srq_init_attr *init,
 			    struct ib_udata *udata)
 {
+	struct urdma_dev *dev = to_urdma(ibsrq->device);
+	struct urdma_srq *srq = to_urdma_srq(ibsrq);
+	struct urdma_create_srq_resp resp = {};
+	int err;
+
 	if (!udata)
 		return -EOPNOTSUPP;
 	if (init->srq_type != IB_SRQT_BASIC)
 		return -EOPNOTSUPP;
-	return 0;
+	/* A provider that wants the SRQ's events asks for its number. */
+	if (udata->outlen < sizeof(resp))
+		return 0;
+	err = xa_alloc_cyclic(&dev->srqs, &srq->id, srq, xa_limit_31b,
+			      &dev->next_srq, GFP_KERNEL);
+	if (err < 0)
+		return err;
+	resp.srq = srq->id;
+	err = ib_copy_to_udata(udata, &resp, sizeof(resp));
+	if (err) {
+		xa_erase(&dev->srqs, srq->id);
+		srq->id = 0;
+	}
+	return err;
 }
 
 static int urdma_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 {
+	struct urdma_srq *srq = to_urdma_srq(ibsrq);
+
+	/* After this, no NIC event reaches the SRQ. */
+	if (srq->id)
+		xa_erase(&to_urdma(ibsrq->device)->srqs, srq->id);
 	return 0;
 }
 
@@ -371,6 +394,7 @@ static void urdma_dealloc_driver(struct ib_device *ibdev)
 	urdma_forget_device(dev);
 	xa_destroy(&dev->cqs);
 	xa_destroy(&dev->qps);
+	xa_destroy(&dev->srqs);
 }
 
 const struct ib_device_ops urdma_dev_ops = {

@@ -306,14 +306,17 @@ pub struct ibv_create_srq {
     pub base: [u64; 5],
 }
 
-/// `struct ib_uverbs_create_srq_resp`.
+/// `struct ib_uverbs_create_srq_resp` followed by urdma.ko's driver data
+/// (`struct urdma_create_srq_resp`: the SRQ's number).
 #[repr(C)]
 #[derive(Default)]
-pub struct ib_uverbs_create_srq_resp {
+pub struct CreateSrqResp {
     pub srq_handle: u32,
     pub max_wr: u32,
     pub max_sge: u32,
     pub srqn: u32,
+    pub srq: u32,
+    pub reserved: u32,
 }
 
 #[link(name = "ibverbs")]
@@ -400,7 +403,7 @@ extern "C" {
         attr: *mut ibv_srq_init_attr,
         cmd: *mut ibv_create_srq,
         cmd_size: usize,
-        resp: *mut ib_uverbs_create_srq_resp,
+        resp: *mut CreateSrqResp,
         resp_size: usize,
     ) -> c_int;
     /// Destroy the kernel's SRQ of `srq`.
@@ -519,7 +522,8 @@ mod tests {
         assert_eq!(size_of::<CreateQpResp>(), 40);
         assert_eq!(size_of::<ibv_modify_qp>(), 120);
         assert_eq!(size_of::<ibv_create_srq>(), 40);
-        assert_eq!(size_of::<ib_uverbs_create_srq_resp>(), 16);
+        assert_eq!(offset_of!(CreateSrqResp, srq), 16);
+        assert_eq!(size_of::<CreateSrqResp>(), 24);
     }
 
     #[test]

@@ -11,6 +11,8 @@ use crate::driver::*;
 use std::collections::HashSet;
 use std::os::raw::c_int;
 use std::sync::{Mutex, MutexGuard};
+use urdma::nic::agent::Object;
+use urdma::nic::kernel::KernelObject;
 use urdma_verbs as v;
 use urdma_verbs::pd::Pd;
 use urdma_verbs::sys::*;
@@ -136,34 +138,24 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
             return std::ptr::null_mut();
         }
         mark(qp);
-        // SAFETY: qp and its context are live.
-        unsafe { bind_events(qp, resp.qp) };
+        if let Ok(q) = v::qp::Qp::from_ptr(qp) {
+            // SAFETY: qp's context and its device are the library's, live.
+            let ibdev = crate::c_string(unsafe { &(*(*(*qp).context).device).name });
+            bind_events(&q.dev.device, Object::Qp(q.qpn), ibdev, resp.qp);
+        }
         qp
     })
 }
 
-/// Have the NIC raise `qp`'s asynchronous events on the kernel's QP `id`,
-/// where the system library's `ibv_get_async_event` reads them. A NIC
-/// that cannot reach the kernel (not root) keeps them: they are then not
-/// delivered, which is said once.
-///
-/// # Safety
-/// `qp` is a live QP of this provider.
-unsafe fn bind_events(qp: *mut ibv_qp, id: u32) {
-    // SAFETY: the caller's contract; the context and its device are the
-    // library's, live.
-    let ibdev = crate::c_string(unsafe { &(*(*(*qp).context).device).name });
-    let Ok(q) = v::qp::Qp::from_ptr(qp) else {
-        return;
-    };
-    let bound = q
-        .dev
-        .device
-        .bind_qp_to_kernel(q.qpn, urdma::nic::kernel::KernelObject { ibdev, id });
-    if let Err(e) = bound {
+/// Have the NIC raise the asynchronous events of `obj` on the kernel's
+/// object `id`, where the system library's `ibv_get_async_event` reads
+/// them. A NIC that cannot reach the kernel (not root) keeps them: they
+/// are then not delivered, which is said once.
+fn bind_events(device: &urdma::Device, obj: Object, ibdev: String, id: u32) {
+    if let Err(e) = device.bind_to_kernel(obj, KernelObject { ibdev, id }) {
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
-            eprintln!("urdma: asynchronous events of QPs are not delivered: {e}");
+            eprintln!("urdma: asynchronous events are not delivered: {e}");
         });
     }
 }
@@ -217,7 +209,7 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
         // SAFETY: the NIC accepted attr, so it is live.
         let limits = unsafe { (*attr).attr };
         let mut cmd = ibv_create_srq::default();
-        let mut resp = ib_uverbs_create_srq_resp::default();
+        let mut resp = CreateSrqResp::default();
         // SAFETY: pd, srq and attr are live; the buffers are live and
         // their sizes are theirs.
         let rc = unsafe {
@@ -240,6 +232,11 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
             return std::ptr::null_mut();
         }
         mark(srq);
+        if let Ok(s) = v::srq::Srq::from_ptr(srq) {
+            // SAFETY: srq's context and its device are the library's, live.
+            let ibdev = crate::c_string(unsafe { &(*(*(*srq).context).device).name });
+            bind_events(&s.dev.device, Object::Srq(s.srqn), ibdev, resp.srq);
+        }
         srq
     })
 }

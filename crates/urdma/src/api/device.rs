@@ -249,20 +249,25 @@ impl Device {
         }
     }
 
-    /// Have the NIC raise QP `qpn`'s asynchronous events on a QP of the
-    /// urdma kernel module (made through uverbs by this process), where the
-    /// kernel's async event file reports them. Needs the shared NIC
-    /// agent, able to open `/dev/urdma` (root).
-    pub fn bind_qp_to_kernel(
+    /// Have the NIC raise the asynchronous events of QP or SRQ `obj` on
+    /// an object of the urdma kernel module (made through uverbs by this
+    /// process), where the kernel's async event file reports them. Needs
+    /// the shared NIC agent, able to open `/dev/urdma` (root).
+    pub fn bind_to_kernel(
         &self,
-        qpn: u32,
+        obj: crate::nic::agent::Object,
         kernel: crate::nic::kernel::KernelObject,
     ) -> Result<()> {
-        match &self.inner.link {
-            Link::Embedded(_) => Err(crate::Error::NotSupported(
+        use crate::nic::agent::Object;
+        match (&self.inner.link, obj) {
+            (Link::Embedded(_), _) => Err(crate::Error::NotSupported(
                 "kernel async events need the shared NIC agent".into(),
             )),
-            Link::Agent(a) => a.bind_qp(qpn, kernel),
+            (Link::Agent(a), Object::Qp(qpn)) => a.bind_qp(qpn, kernel),
+            (Link::Agent(a), Object::Srq(srqn)) => a.bind_srq(srqn, kernel),
+            (Link::Agent(_), Object::Cq(_)) => {
+                Err(crate::Error::inval("a CQ is bound with bind_cq_to_kernel"))
+            }
         }
     }
 

@@ -231,6 +231,12 @@ impl AgentLink {
         Ok(())
     }
 
+    /// Have the NIC raise the SRQ's asynchronous events on `kernel`.
+    pub fn bind_srq(&self, srqn: u32, kernel: KernelObject) -> Result<()> {
+        self.request(&Request::BindSrq { srqn, kernel }, &[])?;
+        Ok(())
+    }
+
     /// Destroy a CQ no QP uses.
     pub fn destroy_cq(&self, cqn: u32) -> Result<()> {
         self.request(&Request::DestroyCq { cqn }, &[])?;

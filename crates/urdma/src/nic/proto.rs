@@ -107,6 +107,13 @@ pub enum Request {
         /// The kernel's QP.
         kernel: super::kernel::KernelObject,
     },
+    /// Raise the SRQ's asynchronous events on an SRQ of the kernel.
+    BindSrq {
+        /// The SRQ.
+        srqn: u32,
+        /// The kernel's SRQ.
+        kernel: super::kernel::KernelObject,
+    },
     /// Create a QP.
     CreateQp {
         /// The PD.

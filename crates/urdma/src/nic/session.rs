@@ -126,6 +126,19 @@ impl Session {
             .ok_or_else(|| not_found("CQ", cqn))
     }
 
+    /// Send `obj`'s asynchronous events to the kernel's `kernel`.
+    fn route_to_kernel(
+        &self,
+        dev: &super::agent::AgentDevice,
+        obj: super::agent::Object,
+        kernel: super::kernel::KernelObject,
+    ) -> Result<Value> {
+        super::kernel::KernelNic::shared()
+            .map_err(|e| Error::NotSupported(format!("kernel async events: {e}")))?;
+        dev.route_to_kernel(obj, kernel, self.pid);
+        Ok(Value::Done)
+    }
+
     fn srq(&self, srqn: u32) -> Result<u32> {
         self.srqs
             .get(&srqn)
@@ -252,10 +265,11 @@ impl Session {
             }
             R::BindQp { qpn, kernel } => {
                 self.qp(qpn)?;
-                super::kernel::KernelNic::shared()
-                    .map_err(|e| Error::NotSupported(format!("kernel async events: {e}")))?;
-                dev.route_to_kernel(super::agent::Object::Qp(qpn), kernel, self.pid);
-                Value::Done
+                self.route_to_kernel(&dev, super::agent::Object::Qp(qpn), kernel)?
+            }
+            R::BindSrq { srqn, kernel } => {
+                self.srq(srqn)?;
+                self.route_to_kernel(&dev, super::agent::Object::Srq(srqn), kernel)?
             }
             R::DestroyCq { cqn } => {
                 let cq = self.cq(cqn)?;
