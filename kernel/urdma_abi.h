@@ -54,21 +54,12 @@ struct urdma_create_qp_cmd {
 	__u32 reserved;
 };
 
-/* Driver data of the response to a user create_qp: the QP's number here. */
-struct urdma_create_qp_resp {
-	__u32 qp;
-	__u32 reserved;
-};
-
-/* Driver data of the response to a user create_srq: the SRQ's number. */
-struct urdma_create_srq_resp {
-	__u32 srq;
-	__u32 reserved;
-};
-
-/* Driver data of the response to a user create_cq: the CQ's number. */
-struct urdma_create_cq_resp {
-	__u32 cq;
+/*
+ * Driver data of the response to a user create_cq, create_qp or
+ * create_srq: the object's number here, which the NIC's events name.
+ */
+struct urdma_create_resp {
+	__u32 id;
 	__u32 reserved;
 };
 

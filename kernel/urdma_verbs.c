@@ -128,13 +128,40 @@ static int urdma_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
 	return 0;
 }
 
+/*
+ * Number a user object in @xa (cyclically from *@next, so that a freed
+ * number is not reused at once) and return the number in @udata.
+ */
+static int urdma_number_object(struct xarray *xa, u32 *id, void *obj,
+			       u32 *next, struct ib_udata *udata)
+{
+	struct urdma_create_resp resp = {};
+	int err;
+
+	err = xa_alloc_cyclic(xa, id, obj, xa_limit_31b, next, GFP_KERNEL);
+	if (err < 0)
+		return err;
+	resp.id = *id;
+	err = ib_copy_to_udata(udata, &resp, sizeof(resp));
+	if (err) {
+		xa_erase(xa, *id);
+		*id = 0;
+	}
+	return err;
+}
+
+/* Forget a user object's number: no NIC event reaches it afterwards. */
+static void urdma_forget_number(struct xarray *xa, u32 id)
+{
+	if (id)
+		xa_erase(xa, id);
+}
+
 static int urdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 			   struct ib_udata *udata)
 {
 	struct urdma_dev *dev = to_urdma(ibcq->device);
 	struct urdma_cq *cq = to_urdma_cq(ibcq);
-	struct urdma_create_cq_resp resp = {};
-	int err;
 
 	/* CQs of kernel consumers would need kernel verbs of the NIC. */
 	if (!udata)
@@ -143,30 +170,18 @@ static int urdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *att
 		return -EOPNOTSUPP;
 	if (attr->cqe < 1 || attr->cqe > URDMA_MAX_CQE)
 		return -EINVAL;
-	if (udata->outlen < sizeof(resp))
+	if (udata->outlen < sizeof(struct urdma_create_resp))
 		return -EINVAL;
 
-	err = xa_alloc_cyclic(&dev->cqs, &cq->id, cq, xa_limit_31b,
-			      &dev->next_cq, GFP_KERNEL);
-	if (err < 0)
-		return err;
 	ibcq->cqe = attr->cqe;
-	resp.cq = cq->id;
-	err = ib_copy_to_udata(udata, &resp, sizeof(resp));
-	if (err) {
-		xa_erase(&dev->cqs, cq->id);
-		cq->id = 0;
-	}
-	return err;
+	return urdma_number_object(&dev->cqs, &cq->id, cq, &dev->next_cq,
+				   udata);
 }
 
 static int urdma_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 {
-	struct urdma_cq *cq = to_urdma_cq(ibcq);
-
-	/* After this, no NIC event reaches the CQ (see urdma_nic_cq_event). */
-	if (cq->id)
-		xa_erase(&to_urdma(ibcq->device)->cqs, cq->id);
+	urdma_forget_number(&to_urdma(ibcq->device)->cqs,
+			    to_urdma_cq(ibcq)->id);
 	return 0;
 }
 
@@ -186,7 +201,6 @@ static int urdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 {
 	struct urdma_dev *dev = to_urdma(ibqp->device);
 	struct urdma_qp *qp = to_urdma_qp(ibqp);
-	struct urdma_create_qp_resp resp = {};
 	struct urdma_create_qp_cmd cmd;
 	int err;
 
@@ -203,7 +217,8 @@ static int urdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	}
 	if (init->create_flags)
 		return -EOPNOTSUPP;
-	if (udata->inlen < sizeof(cmd) || udata->outlen < sizeof(resp))
+	if (udata->inlen < sizeof(cmd) ||
+	    udata->outlen < sizeof(struct urdma_create_resp))
 		return -EINVAL;
 	err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
 	if (err)
@@ -217,17 +232,8 @@ static int urdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	qp->cap = init->cap;
 	qp->sq_sig_type = init->sq_sig_type;
 	ibqp->qp_num = cmd.qpn;
-	err = xa_alloc_cyclic(&dev->qps, &qp->id, qp, xa_limit_31b,
-			      &dev->next_qp, GFP_KERNEL);
-	if (err < 0)
-		return err;
-	resp.qp = qp->id;
-	err = ib_copy_to_udata(udata, &resp, sizeof(resp));
-	if (err) {
-		xa_erase(&dev->qps, qp->id);
-		qp->id = 0;
-	}
-	return err;
+	return urdma_number_object(&dev->qps, &qp->id, qp, &dev->next_qp,
+				   udata);
 }
 
 /*
@@ -309,11 +315,8 @@ static int urdma_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 
 static int urdma_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 {
-	struct urdma_qp *qp = to_urdma_qp(ibqp);
-
-	/* After this, no NIC event reaches the QP. */
-	if (qp->id)
-		xa_erase(&to_urdma(ibqp->device)->qps, qp->id);
+	urdma_forget_number(&to_urdma(ibqp->device)->qps,
+			    to_urdma_qp(ibqp)->id);
 	return 0;
 }
 
@@ -323,36 +326,22 @@ static int urdma_create_srq(struct ib_srq *ibsrq,
 {
 	struct urdma_dev *dev = to_urdma(ibsrq->device);
 	struct urdma_srq *srq = to_urdma_srq(ibsrq);
-	struct urdma_create_srq_resp resp = {};
-	int err;
 
 	if (!udata)
 		return -EOPNOTSUPP;
 	if (init->srq_type != IB_SRQT_BASIC)
 		return -EOPNOTSUPP;
 	/* A provider that wants the SRQ's events asks for its number. */
-	if (udata->outlen < sizeof(resp))
+	if (udata->outlen < sizeof(struct urdma_create_resp))
 		return 0;
-	err = xa_alloc_cyclic(&dev->srqs, &srq->id, srq, xa_limit_31b,
-			      &dev->next_srq, GFP_KERNEL);
-	if (err < 0)
-		return err;
-	resp.srq = srq->id;
-	err = ib_copy_to_udata(udata, &resp, sizeof(resp));
-	if (err) {
-		xa_erase(&dev->srqs, srq->id);
-		srq->id = 0;
-	}
-	return err;
+	return urdma_number_object(&dev->srqs, &srq->id, srq, &dev->next_srq,
+				   udata);
 }
 
 static int urdma_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 {
-	struct urdma_srq *srq = to_urdma_srq(ibsrq);
-
-	/* After this, no NIC event reaches the SRQ. */
-	if (srq->id)
-		xa_erase(&to_urdma(ibsrq->device)->srqs, srq->id);
+	urdma_forget_number(&to_urdma(ibsrq->device)->srqs,
+			    to_urdma_srq(ibsrq)->id);
 	return 0;
 }
 

@@ -208,16 +208,23 @@ pub struct verbs_context_ops {
     pub unimport_pd: Option<unsafe extern "C" fn()>,
 }
 
-/// `struct ibv_get_context`: the GET_CONTEXT command of the write
-/// interface (header and response pointer), with no driver data.
+/// A command of the write interface that carries only its header and
+/// response pointer (no core payload, no driver data): `struct
+/// ibv_get_context` and `struct ibv_alloc_pd`.
 #[repr(C)]
 #[derive(Default)]
-pub struct ibv_get_context {
+pub struct HeaderOnlyCmd {
     pub command: u32,
     pub in_words: u16,
     pub out_words: u16,
     pub response: u64,
 }
+
+/// `struct ibv_get_context`.
+pub type ibv_get_context = HeaderOnlyCmd;
+
+/// `struct ibv_alloc_pd`.
+pub type ibv_alloc_pd = HeaderOnlyCmd;
 
 /// `struct ib_uverbs_get_context_resp`, with no driver data.
 #[repr(C)]
@@ -250,16 +257,6 @@ pub struct CreateCqResp {
     pub cqe: u32,
     pub cq: u32,
     pub reserved: u32,
-}
-
-/// `struct ibv_alloc_pd`: header and response pointer, no driver data.
-#[repr(C)]
-#[derive(Default)]
-pub struct ibv_alloc_pd {
-    pub command: u32,
-    pub in_words: u16,
-    pub out_words: u16,
-    pub response: u64,
 }
 
 /// `struct ib_uverbs_alloc_pd_resp`.

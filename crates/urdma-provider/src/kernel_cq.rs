@@ -90,8 +90,8 @@ unsafe fn create_in_kernel(
     }
     // SAFETY: as above.
     unsafe { (*cq).cqe = capacity };
-    // SAFETY: context and its device are the library's, live.
-    let ibdev = crate::c_string(unsafe { &(*(*context).device).name });
+    // SAFETY: context is the library's, live.
+    let ibdev = unsafe { crate::ibdev_name(context) };
     let bound = Cq::from_ptr(cq).and_then(|q| {
         q.dev
             .device

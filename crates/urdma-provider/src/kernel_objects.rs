@@ -139,8 +139,8 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
         }
         mark(qp);
         if let Ok(q) = v::qp::Qp::from_ptr(qp) {
-            // SAFETY: qp's context and its device are the library's, live.
-            let ibdev = crate::c_string(unsafe { &(*(*(*qp).context).device).name });
+            // SAFETY: qp is live; its context is the library's.
+            let ibdev = unsafe { crate::ibdev_name((*qp).context) };
             bind_events(&q.dev.device, Object::Qp(q.qpn), ibdev, resp.qp);
         }
         qp
@@ -233,8 +233,8 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
         }
         mark(srq);
         if let Ok(s) = v::srq::Srq::from_ptr(srq) {
-            // SAFETY: srq's context and its device are the library's, live.
-            let ibdev = crate::c_string(unsafe { &(*(*(*srq).context).device).name });
+            // SAFETY: srq is live; its context is the library's.
+            let ibdev = unsafe { crate::ibdev_name((*srq).context) };
             bind_events(&s.dev.device, Object::Srq(s.srqn), ibdev, resp.srq);
         }
         srq

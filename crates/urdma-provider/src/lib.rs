@@ -139,6 +139,15 @@ pub fn c_string(s: &[c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// The kernel device name of `context`.
+///
+/// # Safety
+/// `context` is a live context of the library (its device is live).
+pub unsafe fn ibdev_name(context: *const ibv_context) -> String {
+    // SAFETY: the caller's contract.
+    c_string(unsafe { &(*(*context).device).name })
+}
+
 /// The sysfs directory of port 1 of the kernel device `device`.
 fn port_dir(device: &ibv_device) -> PathBuf {
     let path = c_string(&device.ibdev_path);

@@ -69,11 +69,11 @@ impl KernelNic {
     }
 
     /// Raise the asynchronous event `kind` (an `ibv_event_type`: a QP's
-    /// event, or IBV_EVENT_CQ_ERR) on `obj`, an object of process `pid`.
+    /// event, IBV_EVENT_CQ_ERR or an SRQ's event) on `obj`, an object of
+    /// process `pid`.
     pub fn event(&self, obj: &KernelObject, kind: u32, pid: u32) -> io::Result<()> {
-        let c = cq_event_cmd(obj, pid)?;
         let cmd = EventCmd {
-            ibdev: c.ibdev,
+            ibdev: ibdev_field(&obj.ibdev)?,
             kind,
             obj: obj.id,
             pid,
@@ -101,7 +101,7 @@ impl KernelNic {
 /// be opened.
 pub fn cq_notifier(cq: KernelObject, pid: u32) -> io::Result<crate::cq::CqNotifier> {
     let nic = KernelNic::shared()?;
-    cq_event_cmd(&cq, pid)?;
+    ibdev_field(&cq.ibdev)?;
     Ok(Box::new(move || {
         if let Err(e) = nic.cq_event(&cq, pid) {
             tracing::debug!(ibdev = %cq.ibdev, cq = cq.id, pid, error = %e, "kernel CQ event not raised");
@@ -110,20 +110,25 @@ pub fn cq_notifier(cq: KernelObject, pid: u32) -> io::Result<crate::cq::CqNotifi
 }
 
 fn cq_event_cmd(cq: &KernelObject, pid: u32) -> io::Result<CqEventCmd> {
-    let name = cq.ibdev.as_bytes();
-    if name.is_empty() || name.len() >= IBDEV_NAME_LEN || name.contains(&0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("bad kernel device name {:?}", cq.ibdev),
-        ));
-    }
-    let mut ibdev = [0u8; IBDEV_NAME_LEN];
-    ibdev[..name.len()].copy_from_slice(name);
     Ok(CqEventCmd {
-        ibdev,
+        ibdev: ibdev_field(&cq.ibdev)?,
         cq: cq.id,
         pid,
     })
+}
+
+/// A device name as a command carries it: NUL-terminated, checked.
+fn ibdev_field(name: &str) -> io::Result<[u8; IBDEV_NAME_LEN]> {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() >= IBDEV_NAME_LEN || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad kernel device name {name:?}"),
+        ));
+    }
+    let mut field = [0u8; IBDEV_NAME_LEN];
+    field[..bytes.len()].copy_from_slice(bytes);
+    Ok(field)
 }
 
 #[cfg(test)]
