@@ -76,6 +76,42 @@ fn check_unique(devs: &[DeviceConfig]) -> Result<()> {
     Ok(())
 }
 
+/// Default busy-polling window (as Linux's `net.core.busy_poll` advice).
+pub const DEFAULT_BUSY_POLL_US: u64 = 50;
+
+/// Longest busy-polling window accepted.
+pub const MAX_BUSY_POLL_US: u64 = 10_000;
+
+/// Parse a busy-polling window in microseconds.
+pub fn parse_busy_poll(text: &str) -> Result<std::time::Duration> {
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|&us| us <= MAX_BUSY_POLL_US)
+        .map(std::time::Duration::from_micros)
+        .ok_or_else(|| {
+            Error::inval(format!(
+                "URDMA_BUSY_POLL_US={text} is not a number of microseconds from 0 to {MAX_BUSY_POLL_US}"
+            ))
+        })
+}
+
+/// How long the NIC's threads keep polling for more work after some came
+/// (`URDMA_BUSY_POLL_US`, default [`DEFAULT_BUSY_POLL_US`], 0 to always
+/// sleep at once). Work that comes within the window is taken without the
+/// cost of waking a sleeping thread; the threads yield the CPU while they
+/// poll. A bad value is reported once and the default used.
+pub fn busy_poll() -> std::time::Duration {
+    static WINDOW: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *WINDOW.get_or_init(|| match std::env::var("URDMA_BUSY_POLL_US") {
+        Ok(v) => parse_busy_poll(&v).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "using the default busy-polling window");
+            std::time::Duration::from_micros(DEFAULT_BUSY_POLL_US)
+        }),
+        Err(_) => std::time::Duration::from_micros(DEFAULT_BUSY_POLL_US),
+    })
+}
+
 /// The MTU of the interface that holds `addr` (from sysfs), if any does.
 pub fn interface_mtu(addr: IpAddr) -> Option<u32> {
     let itf = if_addrs::get_if_addrs()
@@ -132,6 +168,18 @@ pub fn discover() -> Result<Vec<DeviceConfig>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_poll_window_parses() {
+        assert_eq!(parse_busy_poll("0").unwrap(), std::time::Duration::ZERO);
+        assert_eq!(
+            parse_busy_poll(" 50 ").unwrap(),
+            std::time::Duration::from_micros(50)
+        );
+        assert!(parse_busy_poll("-1").is_err());
+        assert!(parse_busy_poll("fast").is_err());
+        assert!(parse_busy_poll("10001").is_err());
+    }
 
     #[test]
     fn config_file_devices() {

@@ -284,6 +284,8 @@ impl UdpDriver {
         let fd = self.socket.as_raw_fd();
         let mut published_at = 0u64;
         let mut published_packets = u64::MAX;
+        let busy_poll = crate::config::busy_poll();
+        let mut last_rx = std::time::Instant::now();
         while !self.shutdown.load(Ordering::Acquire) {
             let (timeout, snapshot) = {
                 let eng = self.lock();
@@ -329,12 +331,13 @@ impl UdpDriver {
             // Wait with a high-resolution timeout (the socket's own receive
             // timeout is only as fine as the scheduler tick), then take
             // whatever arrived without blocking.
-            let got = match super::batch::wait_readable(fd, timeout) {
+            let got = match super::batch::wait_readable_polling(fd, timeout, last_rx + busy_poll) {
                 Ok(true) => batch.recv(fd),
                 Ok(false) => Err(std::io::ErrorKind::TimedOut.into()),
                 Err(e) => Err(e),
             };
             if got.is_ok() {
+                last_rx = std::time::Instant::now();
                 self.each_capture(|cap| {
                     for (src, data) in batch.iter() {
                         if let (Some(src), Some(data)) = (src, data) {

@@ -393,9 +393,11 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
     };
     let session = &mut open.session;
     tracing::debug!(pid, "session opened");
+    let busy_poll = crate::config::busy_poll();
+    let mut last_post = std::time::Instant::now();
     loop {
         fds.clear();
-        match channel::recv(&conn, &mut buf, &mut fds) {
+        match channel::recv_polling(&conn, &mut buf, &mut fds, last_post + busy_poll) {
             Ok(true) => {}
             Ok(false) => {
                 tracing::debug!(pid, "session ends: the driver closed its end");
@@ -451,6 +453,7 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
             }
         }
         session.handle_doorbells(posts);
+        last_post = std::time::Instant::now();
         if let Some(r) = next {
             if let Some(a) = session.handle(nic, r, &mut fds) {
                 if answer(&conn, &a).is_err() {

@@ -202,6 +202,23 @@ pub fn try_recv(
     )
 }
 
+/// As [`recv`], but first poll without sleeping until `spin_until`, so
+/// that a message that comes soon is taken without a wake-up.
+pub fn recv_polling(
+    fd: &impl AsRawFd,
+    buf: &mut MsgBuf,
+    fds: &mut Vec<OwnedFd>,
+    spin_until: std::time::Instant,
+) -> std::io::Result<bool> {
+    while std::time::Instant::now() < spin_until {
+        match try_recv(fd, buf, fds) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            r => return r,
+        }
+    }
+    recv(fd, buf, fds)
+}
+
 fn recv_flags(
     fd: &impl AsRawFd,
     msg_buf: &mut MsgBuf,
