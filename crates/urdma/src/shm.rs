@@ -97,6 +97,14 @@ impl SharedMapping {
                 "shared memory file is not sealed against shrinking",
             ));
         }
+        // Only ordinary shared memory: a huge-page file (hugetlbfs also
+        // takes seals) can fault with SIGBUS when the host's pool of huge
+        // pages runs out.
+        if !is_shmem(&fd) {
+            return Err(invalid(
+                "shared memory file is not an ordinary memfd (tmpfs)",
+            ));
+        }
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: `st` is valid for writes of a `struct stat`.
         cvt(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
@@ -274,6 +282,13 @@ pub fn futex_wake(word: &AtomicU32) -> usize {
     usize::try_from(r).unwrap_or(0)
 }
 
+/// True if `fd` is a file of the kernel's shared memory (a memfd without
+/// huge pages, or a file on tmpfs).
+fn is_shmem(fd: &impl std::os::fd::AsFd) -> bool {
+    use nix::sys::statfs::{fstatfs, TMPFS_MAGIC};
+    fstatfs(fd).is_ok_and(|s| s.filesystem_type() == TMPFS_MAGIC)
+}
+
 /// A memfd of `len` bytes without any seal, as a careless or hostile
 /// process would send.
 #[cfg(test)]
@@ -311,6 +326,21 @@ mod tests {
         assert!(a.read_bytes(4093, &mut buf).is_err());
         assert!(a.write_bytes(usize::MAX, b"x").is_err());
         assert!(a.write_bytes(4095, b"x").is_ok());
+    }
+
+    #[test]
+    fn only_ordinary_shared_memory_is_shmem() {
+        let m = SharedMapping::create(c"shmem-check", 4096).unwrap();
+        assert!(is_shmem(&m.fd().unwrap()));
+        let proc_file = std::fs::File::open("/proc/self/stat").unwrap();
+        assert!(!is_shmem(&proc_file));
+        // SAFETY: plain memfd_create; the descriptor is owned at once.
+        let raw = unsafe { libc::memfd_create(c"huge".as_ptr(), libc::MFD_HUGETLB) };
+        if raw >= 0 {
+            // SAFETY: memfd_create returned a new descriptor we own.
+            let huge = unsafe { OwnedFd::from_raw_fd(raw) };
+            assert!(!is_shmem(&huge));
+        }
     }
 
     #[test]
