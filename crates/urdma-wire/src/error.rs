@@ -47,4 +47,17 @@ pub enum WireError {
     /// carries the next header.
     #[error("IP protocol {0} is not UDP")]
     NotUdp(u8),
+    /// A management datagram is not a communication management Send.
+    #[error("not a CM MAD")]
+    NotCmMad,
+    /// A CM MAD of a class version other than 2; carries the version.
+    #[error("CM class version {0} is not supported")]
+    BadMadVersion(u8),
+    /// A CM MAD whose attribute ID names no CM message; carries the ID.
+    #[error("unknown CM attribute {0:#06x}")]
+    UnknownAttribute(u16),
+    /// rdma_cm's address header has an unknown version or IP version;
+    /// carries the value.
+    #[error("bad rdma_cm address header ({0})")]
+    BadCmaHeader(u8),
 }
