@@ -1,0 +1,315 @@
+//! The CM's answers to arriving MADs and to its timers.
+
+use super::conn::{Conn, Role, State};
+use super::{code_ns, Cm, CmEvent, ConnId};
+use std::net::SocketAddr;
+use urdma_wire::cm::{
+    msg_ref, rej_reason, CmMad, CmMessage, Drep, Dreq, Mra, Rej, Rep, Req, Rtu, REJ_PRIVATE_LEN,
+};
+
+/// Service timeout an MRA announces (4.096 µs × 2^22 ≈ 17 s).
+const MRA_SERVICE_TIMEOUT: u8 = 22;
+
+impl Cm {
+    /// Take a MAD that arrived from `from` at `now` (ns).
+    pub fn handle(&mut self, now: u64, from: SocketAddr, mad: &CmMad) {
+        match &mad.msg {
+            CmMessage::Req(m) => self.on_req(now, from, mad.tid, m),
+            CmMessage::Mra(m) => self.on_mra(now, m),
+            CmMessage::Rej(m) => self.on_rej(m),
+            CmMessage::Rep(m) => self.on_rep(mad.tid, m),
+            CmMessage::Rtu(m) => self.on_rtu(m),
+            CmMessage::Dreq(m) => self.on_dreq(now, from, mad.tid, m),
+            CmMessage::Drep(m) => self.on_drep(now, m),
+            // Service ID resolution is not served: a requester hears
+            // nothing and times out, as from a host without the service.
+            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => {
+                tracing::debug!(?from, "SIDR message dropped");
+            }
+        }
+    }
+
+    fn resend(&mut self, to: SocketAddr, mad: Option<CmMad>) {
+        if let Some(mad) = mad {
+            self.tx.push_back(super::Outgoing { to, mad });
+        }
+    }
+
+    fn reject_req(&mut self, to: SocketAddr, tid: u64, local: ConnId, req: &Req, reason: u16) {
+        let rej = Rej {
+            local_comm_id: local,
+            remote_comm_id: req.local_comm_id,
+            message_rejected: msg_ref::REQ,
+            reason,
+            private_data: [0; REJ_PRIVATE_LEN],
+            ..Rej::default()
+        };
+        self.send(to, tid, CmMessage::Rej(rej));
+    }
+
+    fn on_req(&mut self, now: u64, from: SocketAddr, tid: u64, req: &Req) {
+        let dup = self.conns.iter().find_map(|(&id, c)| {
+            (c.role == Role::Passive
+                && c.remote_comm_id == req.local_comm_id
+                && c.remote_guid == req.local_ca_guid)
+                .then_some(id)
+        });
+        if let Some(id) = dup {
+            return self.on_duplicate_req(id, from, tid, req);
+        }
+        // The peer's QP still has a connection here: the REQ is from a
+        // peer that restarted (or a stale one); Linux's CM rejects it and
+        // ends the old connection.
+        let stale = self.conns.iter().find_map(|(&id, c)| {
+            (c.remote_qpn == req.local_qpn && c.remote_guid == req.local_ca_guid)
+                .then_some((id, c.state))
+        });
+        if let Some((old, state)) = stale {
+            self.reject_req(from, tid, 0, req, rej_reason::STALE_CONN);
+            if state == State::Established && self.disconnect(now, old, &[]).is_ok() {
+                self.events.push_back(CmEvent::Disconnected { id: old });
+            }
+            return;
+        }
+        if !self.listeners.contains(&req.service_id) {
+            return self.reject_req(from, tid, 0, req, rej_reason::INVALID_SERVICE_ID);
+        }
+        if req.transport > 1 {
+            return self.reject_req(from, tid, 0, req, rej_reason::INVALID_TRANSPORT_TYPE);
+        }
+        let id = self.new_comm_id();
+        let mut c = Conn::new(Role::Passive, from, 0);
+        c.state = State::ReqRcvd;
+        c.remote_comm_id = req.local_comm_id;
+        c.remote_guid = req.local_ca_guid;
+        c.remote_qpn = req.local_qpn;
+        c.req_tid = tid;
+        c.response_timeout = req.local_cm_response_timeout;
+        c.max_retries = req.max_cm_retries;
+        c.ack_timeout = req.primary.local_ack_timeout;
+        self.conns.insert(id, c);
+        self.events.push_back(CmEvent::ConnectRequest {
+            id,
+            peer: from,
+            req: Box::new(req.clone()),
+        });
+    }
+
+    fn on_duplicate_req(&mut self, id: ConnId, from: SocketAddr, tid: u64, req: &Req) {
+        let Some(c) = self.conns.get(&id) else {
+            return;
+        };
+        match c.state {
+            State::ReqRcvd => {
+                let mra = Mra {
+                    local_comm_id: id,
+                    remote_comm_id: req.local_comm_id,
+                    message_mraed: msg_ref::REQ,
+                    service_timeout: MRA_SERVICE_TIMEOUT,
+                    ..Mra::default()
+                };
+                let mad = self.send(from, tid, CmMessage::Mra(mra));
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.state = State::MraReqSent;
+                    c.last_mra = Some(mad);
+                }
+            }
+            State::MraReqSent => {
+                let mad = c.last_mra.clone();
+                self.resend(from, mad);
+            }
+            State::RepSent | State::MraRepRcvd => {
+                let mad = c.pending.as_ref().map(|p| p.mad.clone());
+                self.resend(from, mad);
+            }
+            State::TimeWait => self.reject_req(from, tid, id, req, rej_reason::STALE_CONN),
+            _ => {}
+        }
+    }
+
+    fn on_mra(&mut self, now: u64, mra: &Mra) {
+        let wait = 2 * code_ns(self.packet_lifetime) + code_ns(mra.service_timeout);
+        let Some(c) = self.conns.get_mut(&mra.remote_comm_id) else {
+            return;
+        };
+        let next = match (c.state, mra.message_mraed) {
+            (State::ReqSent, msg_ref::REQ) => State::MraReqRcvd,
+            (State::RepSent, msg_ref::REP) => State::MraRepRcvd,
+            _ => return,
+        };
+        c.state = next;
+        if c.remote_comm_id == 0 {
+            c.remote_comm_id = mra.local_comm_id;
+        }
+        if let Some(p) = c.pending.as_mut() {
+            p.deadline = now.saturating_add(wait);
+        }
+    }
+
+    fn on_rej(&mut self, rej: &Rej) {
+        let Some(c) = self.conns.get(&rej.remote_comm_id) else {
+            return;
+        };
+        let ours = c.remote_comm_id == 0 || c.remote_comm_id == rej.local_comm_id;
+        let waiting = matches!(
+            c.state,
+            State::ReqSent
+                | State::MraReqRcvd
+                | State::RepSent
+                | State::MraRepRcvd
+                | State::RepRcvd
+        );
+        if !ours || !waiting {
+            return;
+        }
+        let id = rej.remote_comm_id;
+        self.conns.remove(&id);
+        self.events.push_back(CmEvent::Rejected {
+            id,
+            reason: rej.reason,
+            private_data: rej.private_data.to_vec(),
+        });
+    }
+
+    fn on_rep(&mut self, tid: u64, rep: &Rep) {
+        let Some(c) = self.conns.get_mut(&rep.remote_comm_id) else {
+            return;
+        };
+        if c.role != Role::Active {
+            return;
+        }
+        match c.state {
+            State::ReqSent | State::MraReqRcvd => {
+                c.state = State::RepRcvd;
+                c.pending = None;
+                c.remote_comm_id = rep.local_comm_id;
+                c.remote_qpn = rep.local_qpn;
+                c.remote_guid = rep.local_ca_guid;
+                c.rep_tid = tid;
+                self.events.push_back(CmEvent::ConnectResponse {
+                    id: rep.remote_comm_id,
+                    rep: Box::new(rep.clone()),
+                });
+            }
+            // The RTU was lost: send it again.
+            State::Established if c.remote_comm_id == rep.local_comm_id => {
+                let (peer, mad) = (c.peer, c.last_rtu.clone());
+                self.resend(peer, mad);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_rtu(&mut self, rtu: &Rtu) {
+        let Some(c) = self.conns.get_mut(&rtu.remote_comm_id) else {
+            return;
+        };
+        if c.role == Role::Passive
+            && c.remote_comm_id == rtu.local_comm_id
+            && matches!(c.state, State::RepSent | State::MraRepRcvd)
+        {
+            c.state = State::Established;
+            c.pending = None;
+            self.events.push_back(CmEvent::Established {
+                id: rtu.remote_comm_id,
+            });
+        }
+    }
+
+    fn on_dreq(&mut self, now: u64, from: SocketAddr, tid: u64, dreq: &Dreq) {
+        let id = dreq.remote_comm_id;
+        let drep = |local: u32, remote: u32| Drep {
+            local_comm_id: local,
+            remote_comm_id: remote,
+            ..Drep::default()
+        };
+        let Some(c) = self.conns.get(&id) else {
+            // Already gone: answer, so that the peer stops asking.
+            self.send(from, tid, CmMessage::Drep(drep(id, dreq.local_comm_id)));
+            return;
+        };
+        if c.remote_comm_id != dreq.local_comm_id || c.local_qpn != dreq.remote_qpn {
+            return;
+        }
+        match c.state {
+            State::Established | State::RepSent | State::MraRepRcvd | State::DreqSent => {
+                let reported = c.state == State::DreqSent;
+                let peer = c.peer;
+                let mad = self.send(peer, tid, CmMessage::Drep(drep(id, dreq.local_comm_id)));
+                self.enter_timewait(now, id, !reported);
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.last_drep = Some(mad);
+                }
+            }
+            State::TimeWait => {
+                let (peer, mad) = (c.peer, c.last_drep.clone());
+                self.resend(peer, mad);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_drep(&mut self, now: u64, drep: &Drep) {
+        let id = drep.remote_comm_id;
+        let Some(c) = self.conns.get(&id) else {
+            return;
+        };
+        if c.state == State::DreqSent && c.remote_comm_id == drep.local_comm_id {
+            self.enter_timewait(now, id, true);
+        }
+    }
+
+    /// Move `id` to TimeWait, reporting the disconnection if `report`.
+    fn enter_timewait(&mut self, now: u64, id: ConnId, report: bool) {
+        let lifetime = code_ns(self.packet_lifetime);
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        c.state = State::TimeWait;
+        c.pending = None;
+        c.timewait_until = Some(now.saturating_add(2 * lifetime + code_ns(c.ack_timeout)));
+        if report {
+            self.events.push_back(CmEvent::Disconnected { id });
+        }
+    }
+
+    /// Resend what is unanswered, give up what ran out of retries, and end
+    /// TimeWaits, as of `now` (ns).
+    pub fn on_timer(&mut self, now: u64) {
+        let due: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline().is_some_and(|d| d <= now))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in due {
+            let Some(c) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            if c.timewait_until.is_some_and(|t| t <= now) {
+                self.conns.remove(&id);
+                self.events.push_back(CmEvent::TimewaitExit { id });
+                continue;
+            }
+            let peer = c.peer;
+            let Some(p) = c.pending.as_mut().filter(|p| p.deadline <= now) else {
+                continue;
+            };
+            if p.retries_left > 0 {
+                p.retries_left -= 1;
+                p.deadline = now.saturating_add(p.timeout);
+                let mad = p.mad.clone();
+                self.resend(peer, Some(mad));
+                continue;
+            }
+            match c.state {
+                State::DreqSent => self.enter_timewait(now, id, true),
+                _ => {
+                    tracing::debug!(id, state = c.state.name(), "CM peer did not answer");
+                    self.conns.remove(&id);
+                    self.events.push_back(CmEvent::Unreachable { id });
+                }
+            }
+        }
+    }
+}

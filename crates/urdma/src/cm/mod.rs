@@ -1,0 +1,460 @@
+//! The communication manager of a device (IBTA Vol 1, chapter 12): the
+//! state machine that sets RC and UC connections up and tears them down
+//! with CM MADs on QP 1.
+//!
+//! [`Cm`] is deterministic, like the engine: it is fed the consumer's
+//! calls ([`Cm::listen`], [`Cm::connect`], [`Cm::accept`], [`Cm::reject`],
+//! [`Cm::ready_to_use`], [`Cm::disconnect`]), the MADs that arrive
+//! ([`Cm::handle`]) and the time ([`Cm::on_timer`]), and it produces MADs
+//! to send ([`Cm::drain_tx`]) and events for the consumer
+//! ([`Cm::take_events`]). It never touches a QP: the consumer moves its QP
+//! through INIT, RTR and RTS with what the events carry, as rdma_cm does.
+//!
+//! What it does, as Linux's CM does on the wire:
+//! - REQ, REP and DREQ are resent with their transaction ID after the
+//!   response timeout (2 × packet lifetime + the peer's CM response time)
+//!   up to the advertised retry count; then the connection is reported
+//!   unreachable (REQ, REP) or disconnected (DREQ).
+//! - An MRA stops the resending and waits for the time it announces.
+//! - A duplicate REQ (same remote communication ID and CA GUID) is
+//!   answered by an MRA while the consumer decides, by the REP again once
+//!   it accepted; a duplicate REP after the RTU is answered by the RTU.
+//! - A REQ for a service nobody listens on gets REJ 8 (invalid service
+//!   ID); a REQ from a QP whose previous connection is still in TimeWait
+//!   gets REJ 10 (stale connection).
+//! - A DREQ that names another QP is dropped; a DREQ for a connection
+//!   already gone is answered by a DREP.
+//! - After a disconnection the connection waits in TimeWait before its
+//!   communication ID and the peer's QP are forgotten.
+
+mod conn;
+mod handle;
+
+use crate::error::{Error, Result};
+use conn::{Conn, Pending, Role, State};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use urdma_wire::cm::{
+    CmMad, CmMessage, Dreq, PathInfo, Rej, Rep, Req, Rtu, DREQ_PRIVATE_LEN, REJ_PRIVATE_LEN,
+    REP_PRIVATE_LEN, REQ_PRIVATE_LEN, RTU_PRIVATE_LEN,
+};
+
+pub use urdma_wire::cm::{msg_ref, rej_reason};
+
+/// A connection's local communication ID: the consumer's handle for it.
+pub type ConnId = u32;
+
+/// Default CM response timeout (5-bit code: 4.096 µs × 2^20 ≈ 4.3 s), as
+/// Linux sends.
+pub const DEFAULT_RESPONSE_TIMEOUT: u8 = 20;
+/// Default number of CM retries, as Linux sends.
+pub const DEFAULT_MAX_RETRIES: u8 = 15;
+/// Default packet lifetime code on RoCE (4.096 µs × 2^16 ≈ 268 ms).
+pub const DEFAULT_PACKET_LIFETIME: u8 = 16;
+
+/// What the active side asks for in its REQ.
+#[derive(Debug, Clone)]
+pub struct ConnectParams {
+    /// Where the peer's CM is (its address and UDP port).
+    pub peer: SocketAddr,
+    /// The service to connect to.
+    pub service_id: u64,
+    /// The local QP.
+    pub qpn: u32,
+    /// The first PSN the local QP sends.
+    pub starting_psn: u32,
+    /// 0: RC, 1: UC.
+    pub transport: u8,
+    /// RDMA READs and atomics the local QP accepts at once.
+    pub responder_resources: u8,
+    /// RDMA READs and atomics the local QP issues at once.
+    pub initiator_depth: u8,
+    /// Transport retry count (3 bits).
+    pub retry_count: u8,
+    /// RNR retry count (3 bits).
+    pub rnr_retry_count: u8,
+    /// Path MTU code (1 = 256 ... 5 = 4096).
+    pub path_mtu: u8,
+    /// The local QP uses an SRQ.
+    pub srq: bool,
+    /// The path (GIDs, traffic class, hop limit, ACK timeout).
+    pub path: PathInfo,
+    /// How long the peer's CM may take to answer (5-bit code).
+    pub response_timeout: u8,
+    /// How many times the REQ is resent (4 bits).
+    pub max_retries: u8,
+    /// Private data (at most 92 bytes).
+    pub private_data: Vec<u8>,
+}
+
+/// What the passive side answers in its REP.
+#[derive(Debug, Clone, Default)]
+pub struct AcceptParams {
+    /// The local QP.
+    pub qpn: u32,
+    /// The first PSN the local QP sends.
+    pub starting_psn: u32,
+    /// RDMA READs and atomics the local QP accepts at once.
+    pub responder_resources: u8,
+    /// RDMA READs and atomics the local QP issues at once.
+    pub initiator_depth: u8,
+    /// RNR retry count (3 bits).
+    pub rnr_retry_count: u8,
+    /// The local QP uses an SRQ.
+    pub srq: bool,
+    /// Private data (at most 196 bytes).
+    pub private_data: Vec<u8>,
+}
+
+/// What the consumer hears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEvent {
+    /// A REQ for a service this CM listens on: accept or reject `id`.
+    ConnectRequest {
+        /// The new connection.
+        id: ConnId,
+        /// Where the request came from.
+        peer: SocketAddr,
+        /// The request.
+        req: Box<Req>,
+    },
+    /// The REP for an active connection: move the QP to RTR and RTS,
+    /// then call [`Cm::ready_to_use`] (or reject).
+    ConnectResponse {
+        /// The connection.
+        id: ConnId,
+        /// The reply.
+        rep: Box<Rep>,
+    },
+    /// The connection is established.
+    Established {
+        /// The connection.
+        id: ConnId,
+    },
+    /// The peer rejected the connection.
+    Rejected {
+        /// The connection.
+        id: ConnId,
+        /// The reject reason ([`rej_reason`]).
+        reason: u16,
+        /// The REJ's private data.
+        private_data: Vec<u8>,
+    },
+    /// The peer did not answer the REQ or the REP within the retries.
+    Unreachable {
+        /// The connection.
+        id: ConnId,
+    },
+    /// The connection is disconnected (a DREQ arrived or was answered, or
+    /// the peer never answered ours): move the QP to ERR.
+    Disconnected {
+        /// The connection.
+        id: ConnId,
+    },
+    /// TimeWait ended: the connection is gone.
+    TimewaitExit {
+        /// The connection.
+        id: ConnId,
+    },
+}
+
+/// A MAD to send to a peer's QP 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The peer's CM.
+    pub to: SocketAddr,
+    /// The MAD.
+    pub mad: CmMad,
+}
+
+/// The CM of one device.
+pub struct Cm {
+    /// The device's CA GUID.
+    guid: u64,
+    /// Packet lifetime code used in the response timeouts.
+    packet_lifetime: u8,
+    next_comm_id: u32,
+    next_tid: u64,
+    listeners: HashSet<u64>,
+    conns: HashMap<ConnId, Conn>,
+    tx: VecDeque<Outgoing>,
+    events: VecDeque<CmEvent>,
+}
+
+fn copy_private<const N: usize>(data: &[u8]) -> Result<[u8; N]> {
+    let mut out = [0u8; N];
+    out.get_mut(..data.len())
+        .ok_or_else(|| Error::inval(format!("private data longer than {N} bytes")))?
+        .copy_from_slice(data);
+    Ok(out)
+}
+
+/// 4.096 µs × 2^`code` in nanoseconds.
+fn code_ns(code: u8) -> u64 {
+    4096u64 << code.min(31)
+}
+
+impl Cm {
+    /// The CM of a device with CA GUID `guid`; `seed` spreads the first
+    /// communication ID and transaction ID, so that a restarted CM does
+    /// not reuse the IDs of its previous life.
+    pub fn new(guid: u64, seed: u64) -> Self {
+        Cm {
+            guid,
+            packet_lifetime: DEFAULT_PACKET_LIFETIME,
+            next_comm_id: (seed as u32).max(1),
+            next_tid: seed.rotate_left(32) | 1,
+            listeners: HashSet::new(),
+            conns: HashMap::new(),
+            tx: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// Set the packet lifetime code (5 bits) used in response timeouts.
+    pub fn set_packet_lifetime(&mut self, code: u8) {
+        self.packet_lifetime = code.min(31);
+    }
+
+    /// Take REQs for `service_id`.
+    pub fn listen(&mut self, service_id: u64) -> Result<()> {
+        if !self.listeners.insert(service_id) {
+            return Err(Error::Busy(format!(
+                "service {service_id:#x} has a listener"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Stop taking REQs for `service_id` (connections already requested
+    /// stay).
+    pub fn unlisten(&mut self, service_id: u64) -> bool {
+        self.listeners.remove(&service_id)
+    }
+
+    fn new_comm_id(&mut self) -> ConnId {
+        loop {
+            let id = self.next_comm_id;
+            self.next_comm_id = self.next_comm_id.wrapping_add(1).max(1);
+            if !self.conns.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn new_tid(&mut self) -> u64 {
+        let t = self.next_tid;
+        self.next_tid = self.next_tid.wrapping_add(1);
+        t
+    }
+
+    /// Time to wait for an answer from a CM that takes up to 2^`code` ×
+    /// 4.096 µs.
+    fn response_ns(&self, code: u8) -> u64 {
+        2 * code_ns(self.packet_lifetime) + code_ns(code)
+    }
+
+    fn send(&mut self, to: SocketAddr, tid: u64, msg: CmMessage) -> CmMad {
+        let mad = CmMad { tid, msg };
+        self.tx.push_back(Outgoing {
+            to,
+            mad: mad.clone(),
+        });
+        mad
+    }
+
+    /// Send a REQ: the connection is `ReqSent` until a REP, REJ or the
+    /// last retry.
+    pub fn connect(&mut self, now: u64, p: &ConnectParams) -> Result<ConnId> {
+        let private_data = copy_private::<REQ_PRIVATE_LEN>(&p.private_data)?;
+        if p.transport > 1 {
+            return Err(Error::inval("the CM connects RC (0) and UC (1) QPs"));
+        }
+        let id = self.new_comm_id();
+        let tid = self.new_tid();
+        let req = Req {
+            local_comm_id: id,
+            service_id: p.service_id,
+            local_ca_guid: self.guid,
+            local_qpn: p.qpn & urdma_wire::QPN_MASK,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            remote_cm_response_timeout: p.response_timeout.min(31),
+            transport: p.transport,
+            starting_psn: p.starting_psn & urdma_wire::PSN_MASK,
+            local_cm_response_timeout: p.response_timeout.min(31),
+            retry_count: p.retry_count.min(7),
+            pkey: urdma_wire::DEFAULT_PKEY,
+            path_mtu: p.path_mtu,
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            max_cm_retries: p.max_retries.min(15),
+            srq: p.srq,
+            primary: p.path,
+            private_data,
+            ..Req::default()
+        };
+        let mad = self.send(p.peer, tid, CmMessage::Req(req));
+        let timeout = self.response_ns(p.response_timeout);
+        let mut c = Conn::new(Role::Active, p.peer, p.qpn & urdma_wire::QPN_MASK);
+        c.state = State::ReqSent;
+        c.response_timeout = p.response_timeout.min(31);
+        c.max_retries = p.max_retries.min(15);
+        c.ack_timeout = p.path.local_ack_timeout;
+        c.pending = Some(Pending::new(mad, now, timeout, c.max_retries));
+        self.conns.insert(id, c);
+        Ok(id)
+    }
+
+    fn conn_mut(&mut self, id: ConnId) -> Result<&mut Conn> {
+        self.conns
+            .get_mut(&id)
+            .ok_or_else(|| Error::NotFound(format!("connection {id:#x}")))
+    }
+
+    /// Answer a REQ with a REP: the connection is `RepSent` until the RTU
+    /// (or the first packet on the QP, [`Cm::established`]).
+    pub fn accept(&mut self, now: u64, id: ConnId, p: &AcceptParams) -> Result<()> {
+        let private_data = copy_private::<REP_PRIVATE_LEN>(&p.private_data)?;
+        let guid = self.guid;
+        let c = self.conn_mut(id)?;
+        if !matches!(c.state, State::ReqRcvd | State::MraReqSent) {
+            return Err(c.wrong_state("accept"));
+        }
+        c.local_qpn = p.qpn & urdma_wire::QPN_MASK;
+        let rep = Rep {
+            local_comm_id: id,
+            remote_comm_id: c.remote_comm_id,
+            local_qpn: c.local_qpn,
+            starting_psn: p.starting_psn & urdma_wire::PSN_MASK,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            srq: p.srq,
+            local_ca_guid: guid,
+            private_data,
+            ..Rep::default()
+        };
+        let (peer, tid, code, retries) = (c.peer, c.req_tid, c.response_timeout, c.max_retries);
+        c.state = State::RepSent;
+        let mad = self.send(peer, tid, CmMessage::Rep(rep));
+        let timeout = self.response_ns(code);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.pending = Some(Pending::new(mad, now, timeout, retries));
+        }
+        Ok(())
+    }
+
+    /// Reject a REQ (passive side) or a REP (active side) with `reason`;
+    /// the connection is gone.
+    pub fn reject(&mut self, id: ConnId, reason: u16, private_data: &[u8]) -> Result<()> {
+        let private_data = copy_private::<REJ_PRIVATE_LEN>(private_data)?;
+        let c = self.conn_mut(id)?;
+        let (message_rejected, tid) = match c.state {
+            State::ReqRcvd | State::MraReqSent => (msg_ref::REQ, c.req_tid),
+            State::RepRcvd => (msg_ref::REP, c.rep_tid),
+            _ => return Err(c.wrong_state("reject")),
+        };
+        let rej = Rej {
+            local_comm_id: id,
+            remote_comm_id: c.remote_comm_id,
+            message_rejected,
+            reason,
+            private_data,
+            ..Rej::default()
+        };
+        let peer = c.peer;
+        self.conns.remove(&id);
+        self.send(peer, tid, CmMessage::Rej(rej));
+        Ok(())
+    }
+
+    /// Active side, after the REP: send the RTU; the connection is
+    /// established.
+    pub fn ready_to_use(&mut self, id: ConnId, private_data: &[u8]) -> Result<()> {
+        let private_data = copy_private::<RTU_PRIVATE_LEN>(private_data)?;
+        let c = self.conn_mut(id)?;
+        if c.state != State::RepRcvd {
+            return Err(c.wrong_state("send an RTU"));
+        }
+        c.state = State::Established;
+        let rtu = Rtu {
+            local_comm_id: id,
+            remote_comm_id: c.remote_comm_id,
+            private_data,
+        };
+        let (peer, tid) = (c.peer, c.rep_tid);
+        let mad = self.send(peer, tid, CmMessage::Rtu(rtu));
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.last_rtu = Some(mad);
+        }
+        self.events.push_back(CmEvent::Established { id });
+        Ok(())
+    }
+
+    /// Passive side: the QP received its first packet before the RTU
+    /// (which was lost): the connection is established.
+    pub fn established(&mut self, id: ConnId) -> Result<()> {
+        let c = self.conn_mut(id)?;
+        if c.state != State::RepSent {
+            return Err(c.wrong_state("establish"));
+        }
+        c.state = State::Established;
+        c.pending = None;
+        self.events.push_back(CmEvent::Established { id });
+        Ok(())
+    }
+
+    /// Send a DREQ: the connection goes to TimeWait on the DREP (or after
+    /// the last retry).
+    pub fn disconnect(&mut self, now: u64, id: ConnId, private_data: &[u8]) -> Result<()> {
+        let private_data = copy_private::<DREQ_PRIVATE_LEN>(private_data)?;
+        let tid = self.new_tid();
+        let c = self.conn_mut(id)?;
+        if c.state != State::Established {
+            return Err(c.wrong_state("disconnect"));
+        }
+        c.state = State::DreqSent;
+        let dreq = Dreq {
+            local_comm_id: id,
+            remote_comm_id: c.remote_comm_id,
+            remote_qpn: c.remote_qpn,
+            private_data,
+        };
+        let (peer, code, retries) = (c.peer, c.response_timeout, c.max_retries);
+        let mad = self.send(peer, tid, CmMessage::Dreq(dreq));
+        let timeout = self.response_ns(code);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.pending = Some(Pending::new(mad, now, timeout, retries));
+        }
+        Ok(())
+    }
+
+    /// Forget a connection at once (its consumer went away): no message
+    /// is sent, and a REQ from its peer's QP is not taken as stale.
+    pub fn destroy(&mut self, id: ConnId) -> bool {
+        self.conns.remove(&id).is_some()
+    }
+
+    /// The MADs to send, oldest first.
+    pub fn drain_tx(&mut self) -> impl Iterator<Item = Outgoing> + '_ {
+        self.tx.drain(..)
+    }
+
+    /// The events for the consumer, oldest first.
+    pub fn take_events(&mut self) -> impl Iterator<Item = CmEvent> + '_ {
+        self.events.drain(..)
+    }
+
+    /// The earliest time (ns) [`Cm::on_timer`] has work.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.conns.values().filter_map(Conn::deadline).min()
+    }
+
+    /// The connection's state, for tests and statistics.
+    pub fn state(&self, id: ConnId) -> Option<&'static str> {
+        self.conns.get(&id).map(|c| c.state.name())
+    }
+}
+
+#[cfg(test)]
+mod tests;
