@@ -7,6 +7,7 @@ pub mod command;
 mod completer;
 mod counters;
 pub mod cwnd;
+mod gsi;
 mod ident;
 mod objects;
 pub(crate) mod psn;
@@ -142,6 +143,10 @@ pub struct Engine {
     srqs: HashMap<u32, srq::SrqCtx>,
     next_srqn: u32,
     idents: ident::SenderIdents,
+    /// The communication manager behind QP 1.
+    cm: crate::cm::Cm,
+    /// PSN of QP 1's next packet.
+    gsi_psn: u32,
 }
 
 impl Engine {
@@ -153,6 +158,8 @@ impl Engine {
             None => rand::rngs::StdRng::from_entropy(),
         };
         let next_qpn = rng.gen_range(0x100..0x8000);
+        let cm = crate::cm::Cm::new(attr.node_guid, rng.gen());
+        let gsi_psn = rng.gen_range(0..urdma_wire::PSN_MASK);
         Engine {
             local,
             attr,
@@ -170,6 +177,8 @@ impl Engine {
             srqs: HashMap::new(),
             next_srqn: 1,
             idents: ident::SenderIdents::default(),
+            cm,
+            gsi_psn,
         }
     }
 
@@ -241,11 +250,12 @@ impl Engine {
         )
     }
 
-    /// The earliest timer deadline of any QP.
+    /// The earliest timer deadline of any QP or of the CM.
     pub fn next_deadline(&self) -> Option<u64> {
         self.qps
             .values()
             .filter_map(|q| q.timers.next_deadline())
+            .chain(self.cm.next_deadline())
             .min()
     }
 
@@ -258,6 +268,10 @@ impl Engine {
         due.sort_unstable_by_key(|qp| qp.qpn);
         for qp in due {
             completer::on_timer(qp, &mut cx);
+        }
+        if self.cm.next_deadline().is_some_and(|d| d <= now) {
+            self.cm.on_timer(now);
+            self.flush_cm();
         }
     }
 
@@ -323,6 +337,9 @@ impl Engine {
         self.counters.add(Counter::RxPackets, 1);
         self.counters.add(Counter::RxBytes, data.len() as u64);
         let qpn = pkt.repr.bth.dest_qp;
+        if qpn == urdma_wire::cm::GSI_QPN {
+            return self.on_gsi_packet(now, src, &pkt);
+        }
         let (qps, mut cx) = self.split_from(now, src);
         let Some(qp) = qps.get_mut(&qpn) else {
             cx.counters.add(Counter::Dropped, 1);
