@@ -5,6 +5,7 @@
 //! runs the trials below with libtest-mimic, each trial spawning one peer
 //! process and using its own pair of 127.x.y.z addresses.
 
+mod cm;
 mod edge;
 mod errors;
 mod faults;
@@ -32,6 +33,8 @@ fn trial(name: &str, f: fn()) -> Trial {
 fn trials() -> Vec<Trial> {
     let mut v = vec![
         trial("pattern_selfcheck", pattern::selfcheck),
+        trial("cm_connect_send_disconnect", cm::connect_send_disconnect),
+        trial("cm_no_listener_rejects", cm::no_listener_rejects),
         trial("op_send", ops::send),
         trial("op_send_with_imm", ops::send_with_imm),
         trial("op_rdma_write", ops::rdma_write),

@@ -334,6 +334,18 @@ impl Device {
         }
     }
 
+    /// Carry out a call on the device's communication manager (QP 1); a
+    /// connect answers the new connection's ID. See [`crate::cm`].
+    pub fn cm(&self, op: crate::cm::CmOp) -> Result<Option<crate::cm::ConnId>> {
+        self.inner.link.cm(op)
+    }
+
+    /// Next event of this program's CM connections, waiting up to
+    /// `timeout` (None: forever).
+    pub fn next_cm_event(&self, timeout: Option<Duration>) -> Option<crate::cm::CmEvent> {
+        self.inner.link.next_cm_event(timeout)
+    }
+
     /// Next asynchronous event, waiting up to `timeout` (None: forever).
     pub fn next_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
         self.inner.link.next_event(timeout)

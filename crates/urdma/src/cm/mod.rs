@@ -29,11 +29,15 @@
 
 mod conn;
 mod handle;
+mod ops;
+
+pub use ops::CmOp;
 
 use crate::error::{Error, Result};
 use conn::{Conn, Pending, Role, State};
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use urdma_wire::cm::{
     CmMad, CmMessage, Dreq, PathInfo, Rej, Rep, Req, Rtu, DREQ_PRIVATE_LEN, REJ_PRIVATE_LEN,
     REP_PRIVATE_LEN, REQ_PRIVATE_LEN, RTU_PRIVATE_LEN,
@@ -53,7 +57,7 @@ pub const DEFAULT_MAX_RETRIES: u8 = 15;
 pub const DEFAULT_PACKET_LIFETIME: u8 = 16;
 
 /// What the active side asks for in its REQ.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConnectParams {
     /// Where the peer's CM is (its address and UDP port).
     pub peer: SocketAddr,
@@ -77,8 +81,12 @@ pub struct ConnectParams {
     pub path_mtu: u8,
     /// The local QP uses an SRQ.
     pub srq: bool,
-    /// The path (GIDs, traffic class, hop limit, ACK timeout).
-    pub path: PathInfo,
+    /// Traffic class of the path (the IP TOS byte).
+    pub traffic_class: u8,
+    /// Hop limit of the path (the IP TTL).
+    pub hop_limit: u8,
+    /// Local ACK timeout of the QP (5 bits, 4.096 µs × 2^t).
+    pub ack_timeout: u8,
     /// How long the peer's CM may take to answer (5-bit code).
     pub response_timeout: u8,
     /// How many times the REQ is resent (4 bits).
@@ -88,7 +96,7 @@ pub struct ConnectParams {
 }
 
 /// What the passive side answers in its REP.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct AcceptParams {
     /// The local QP.
     pub qpn: u32,
@@ -107,7 +115,8 @@ pub struct AcceptParams {
 }
 
 /// What the consumer hears.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "ops::CmEventRepr", try_from = "ops::CmEventRepr")]
 pub enum CmEvent {
     /// A REQ for a service this CM listens on: accept or reject `id`.
     ConnectRequest {
@@ -169,6 +178,8 @@ pub struct Outgoing {
 
 /// The CM of one device.
 pub struct Cm {
+    /// The device's address (its GID).
+    local: IpAddr,
     /// The device's CA GUID.
     guid: u64,
     /// Packet lifetime code used in the response timeouts.
@@ -189,17 +200,26 @@ fn copy_private<const N: usize>(data: &[u8]) -> Result<[u8; N]> {
     Ok(out)
 }
 
+/// The GID of an IP address: IPv4 mapped into IPv6, as RoCEv2 has it.
+pub fn gid_of(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
 /// 4.096 µs × 2^`code` in nanoseconds.
 fn code_ns(code: u8) -> u64 {
     4096u64 << code.min(31)
 }
 
 impl Cm {
-    /// The CM of a device with CA GUID `guid`; `seed` spreads the first
-    /// communication ID and transaction ID, so that a restarted CM does
-    /// not reuse the IDs of its previous life.
-    pub fn new(guid: u64, seed: u64) -> Self {
+    /// The CM of a device at `local` with CA GUID `guid`; `seed` spreads
+    /// the first communication ID and transaction ID, so that a restarted
+    /// CM does not reuse the IDs of its previous life.
+    pub fn new(local: IpAddr, guid: u64, seed: u64) -> Self {
         Cm {
+            local,
             guid,
             packet_lifetime: DEFAULT_PACKET_LIFETIME,
             next_comm_id: (seed as u32).max(1),
@@ -272,6 +292,16 @@ impl Cm {
         }
         let id = self.new_comm_id();
         let tid = self.new_tid();
+        let path = PathInfo {
+            local_lid: 0xFFFF,
+            remote_lid: 0xFFFF,
+            local_gid: gid_of(self.local),
+            remote_gid: gid_of(p.peer.ip()),
+            traffic_class: p.traffic_class,
+            hop_limit: p.hop_limit,
+            local_ack_timeout: p.ack_timeout.min(31),
+            ..PathInfo::default()
+        };
         let req = Req {
             local_comm_id: id,
             service_id: p.service_id,
@@ -289,7 +319,7 @@ impl Cm {
             rnr_retry_count: p.rnr_retry_count.min(7),
             max_cm_retries: p.max_retries.min(15),
             srq: p.srq,
-            primary: p.path,
+            primary: path,
             private_data,
             ..Req::default()
         };
@@ -299,7 +329,7 @@ impl Cm {
         c.state = State::ReqSent;
         c.response_timeout = p.response_timeout.min(31);
         c.max_retries = p.max_retries.min(15);
-        c.ack_timeout = p.path.local_ack_timeout;
+        c.ack_timeout = p.ack_timeout.min(31);
         c.pending = Some(Pending::new(mad, now, timeout, c.max_retries));
         self.conns.insert(id, c);
         Ok(id)

@@ -9,7 +9,8 @@ fn addr(s: &str) -> SocketAddr {
 }
 
 fn cm(guid: u64) -> Cm {
-    let mut c = Cm::new(guid, guid * 1000);
+    let ip = if guid == 1 { A } else { B };
+    let mut c = Cm::new(addr(ip).ip(), guid, guid * 1000);
     c.set_packet_lifetime(0);
     c
 }
@@ -27,7 +28,9 @@ fn params(qpn: u32) -> ConnectParams {
         rnr_retry_count: 7,
         path_mtu: 3,
         srq: false,
-        path: PathInfo::default(),
+        traffic_class: 0,
+        hop_limit: 64,
+        ack_timeout: 14,
         // 4.096 µs × 2^10 ≈ 4.2 ms per try.
         response_timeout: 10,
         max_retries: 3,
@@ -71,6 +74,12 @@ fn establish(a: &mut Cm, b: &mut Cm) -> (ConnId, ConnId) {
     };
     assert_eq!((req.local_qpn, req.starting_psn), (0x11, 0x1234));
     assert_eq!(&req.private_data[..5], b"hello");
+    assert_eq!(req.primary.local_gid, gid_of(addr(A).ip()));
+    assert_eq!(req.primary.remote_gid[10..], [0xFF, 0xFF, 169, 254, 0, 2]);
+    assert_eq!(
+        (req.primary.hop_limit, req.primary.local_ack_timeout),
+        (64, 14)
+    );
     let accept = AcceptParams {
         qpn: 0x22,
         starting_psn: 0x5678,
@@ -269,7 +278,7 @@ fn a_restarted_peer_reusing_its_qp_is_rejected_as_stale_and_the_old_connection_e
     let (mut a, mut b) = (cm(1), cm(2));
     let (_, idb) = establish(&mut a, &mut b);
     // a restarts: a new CM with the same GUID connects from the same QP.
-    let mut a2 = Cm::new(1, 99);
+    let mut a2 = Cm::new(addr(A).ip(), 1, 99);
     a2.set_packet_lifetime(0);
     let id2 = a2.connect(0, &params(0x11)).unwrap();
     deliver(0, &mut a2, A, &mut b, all);

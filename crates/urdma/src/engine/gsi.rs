@@ -128,7 +128,9 @@ mod tests {
             rnr_retry_count: 7,
             path_mtu: 5,
             srq: false,
-            path: Default::default(),
+            traffic_class: 0,
+            hop_limit: 64,
+            ack_timeout: 14,
             response_timeout: 20,
             max_retries: 15,
             private_data: vec![],
@@ -138,7 +140,10 @@ mod tests {
         let req = a.tx.front().unwrap().data.clone();
         let pkt = urdma_wire::parse_unchecked(&req).unwrap();
         assert_eq!(pkt.repr.bth.dest_qp, 1);
-        assert_eq!(pkt.repr.deth.map(|d| (d.qkey, d.src_qp)), Some((GSI_QKEY, 1)));
+        assert_eq!(
+            pkt.repr.deth.map(|d| (d.qkey, d.src_qp)),
+            Some((GSI_QKEY, 1))
+        );
         assert_eq!(pkt.payload.len(), MAD_LEN);
         assert_eq!(pass(0, &mut a, &mut b), 1);
         let ev = b.take_cm_events();

@@ -158,7 +158,7 @@ impl Engine {
             None => rand::rngs::StdRng::from_entropy(),
         };
         let next_qpn = rng.gen_range(0x100..0x8000);
-        let cm = crate::cm::Cm::new(attr.node_guid, rng.gen());
+        let cm = crate::cm::Cm::new(local.ip(), attr.node_guid, rng.gen());
         let gsi_psn = rng.gen_range(0..urdma_wire::PSN_MASK);
         Engine {
             local,

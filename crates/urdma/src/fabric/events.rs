@@ -13,18 +13,27 @@ const MAX_EVENTS: usize = 1024;
 /// Callback run after asynchronous events were queued.
 pub type EventNotifier = Box<dyn Fn() + Send + Sync>;
 
-/// Queued asynchronous events of one device.
-#[derive(Default)]
-pub struct EventQueue {
-    events: Mutex<VecDeque<AsyncEvent>>,
+/// Queued events of one device: asynchronous events, or the CM's.
+pub struct EventQueue<T = AsyncEvent> {
+    events: Mutex<VecDeque<T>>,
     cv: Condvar,
     notifier: Mutex<Option<EventNotifier>>,
 }
 
-impl EventQueue {
+impl<T> Default for EventQueue<T> {
+    fn default() -> Self {
+        EventQueue {
+            events: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+            notifier: Mutex::new(None),
+        }
+    }
+}
+
+impl<T> EventQueue<T> {
     /// Queue events (the oldest go beyond [`MAX_EVENTS`]), wake waiters
     /// and run the notifier.
-    pub fn push(&self, evs: impl IntoIterator<Item = AsyncEvent>) {
+    pub fn push(&self, evs: impl IntoIterator<Item = T>) {
         let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
         let before = q.len();
         for ev in evs {
@@ -53,7 +62,7 @@ impl EventQueue {
     }
 
     /// Next event, waiting up to `timeout` (None: forever).
-    pub fn next(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
+    pub fn next(&self, timeout: Option<Duration>) -> Option<T> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -87,7 +96,7 @@ mod tests {
 
     #[test]
     fn events_queue_in_order_and_notify() {
-        let q = Arc::new(EventQueue::default());
+        let q = Arc::new(EventQueue::<AsyncEvent>::default());
         let hits = Arc::new(AtomicUsize::new(0));
         let h = hits.clone();
         q.set_notifier(Some(Box::new(move || {

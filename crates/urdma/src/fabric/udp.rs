@@ -33,6 +33,7 @@ pub struct UdpDriver {
     /// Deadline (ns) the receive thread sleeps until; u64::MAX = no deadline.
     sleeping_until: AtomicU64,
     events: EventQueue,
+    cm_events: EventQueue<crate::cm::CmEvent>,
     /// Captures attached besides the process's own (drivers of the shared NIC).
     captures: Mutex<Vec<Arc<super::capture::Capture>>>,
     /// Who holds what on the device (the shared NIC's sessions).
@@ -116,6 +117,7 @@ impl UdpDriver {
             shutdown: AtomicBool::new(false),
             sleeping_until: AtomicU64::new(u64::MAX),
             events: EventQueue::default(),
+            cm_events: EventQueue::default(),
             captures: Mutex::new(Vec::new()),
             holders: Mutex::new(None),
             holders_changed: AtomicBool::new(false),
@@ -161,6 +163,7 @@ impl UdpDriver {
     fn flush(&self, mut eng: MutexGuard<'_, Engine>) {
         let out: Vec<_> = eng.drain_tx().collect();
         self.events.push(eng.take_events());
+        self.cm_events.push(eng.take_cm_events());
         if let Some(d) = eng.next_deadline() {
             if d < self.sleeping_until.load(Ordering::Acquire) {
                 self.sleeping_until.store(d, Ordering::Release);
@@ -257,6 +260,22 @@ impl UdpDriver {
     /// and hand them on. Removing it waits for a running call to finish.
     pub fn set_event_notifier(&self, n: Option<EventNotifier>) {
         self.events.set_notifier(n);
+    }
+
+    /// Carry out a call on the device's CM.
+    pub fn cm(&self, op: crate::cm::CmOp) -> crate::Result<Option<crate::cm::ConnId>> {
+        self.with_engine(|e, now| e.cm_call(|cm| cm.apply(now, op)))
+    }
+
+    /// Next CM event, waiting up to `timeout` (None: forever).
+    pub fn next_cm_event(&self, timeout: Option<Duration>) -> Option<crate::cm::CmEvent> {
+        self.cm_events.next(timeout)
+    }
+
+    /// Install (or remove) a callback run each time CM events were queued
+    /// (as [`UdpDriver::set_event_notifier`]).
+    pub fn set_cm_notifier(&self, n: Option<EventNotifier>) {
+        self.cm_events.set_notifier(n);
     }
 
     /// Next async event, waiting up to `timeout` (None: forever).

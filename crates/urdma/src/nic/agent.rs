@@ -72,6 +72,8 @@ pub struct AgentDevice {
     users: AtomicUsize,
     /// What each session holds, by session id.
     holdings: Mutex<HashMap<u64, ProcessStats>>,
+    /// Where the CM's events go.
+    pub cm_routes: Mutex<super::cm_routes::CmRoutes>,
 }
 
 impl AgentDevice {
@@ -194,6 +196,7 @@ impl Nic {
             kernel_routes: Mutex::new(HashMap::new()),
             users: AtomicUsize::new(1),
             holdings: Mutex::new(HashMap::new()),
+            cm_routes: Mutex::new(Default::default()),
         });
         let holders = Arc::downgrade(&dev);
         dev.driver.set_holders(Some(Box::new(move || {
@@ -207,6 +210,17 @@ impl Nic {
             };
             while let Some(ev) = driver.next_event(Some(Duration::ZERO)) {
                 dev.route(ev);
+            }
+        })));
+        let weak = Arc::downgrade(&dev);
+        let driver = Arc::downgrade(&dev.driver);
+        dev.driver.set_cm_notifier(Some(Box::new(move || {
+            let (Some(dev), Some(driver)) = (weak.upgrade(), driver.upgrade()) else {
+                return;
+            };
+            let mut routes = dev.cm_routes.lock().unwrap_or_else(|e| e.into_inner());
+            while let Some(ev) = driver.next_cm_event(Some(Duration::ZERO)) {
+                routes.route(ev);
             }
         })));
         tracing::info!(name, %addr, port, "device opened");
@@ -223,6 +237,7 @@ impl Nic {
             let key = (dev.device.config().addr, dev.device.config().port);
             if let Some(d) = devs.remove(&key) {
                 d.driver.set_event_notifier(None);
+                d.driver.set_cm_notifier(None);
                 d.driver.set_holders(None);
                 tracing::info!(name = d.device.name(), "device closed");
             }

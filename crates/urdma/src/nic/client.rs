@@ -57,6 +57,8 @@ pub struct AgentLink {
     cqs: Arc<Mutex<HashMap<u32, Weak<CqShared>>>>,
     /// Asynchronous events of the driver's objects.
     pub events: Arc<EventQueue>,
+    /// Events of the driver's CM connections.
+    pub cm_events: Arc<EventQueue<crate::cm::CmEvent>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Set when this driver closes the session (not the agent).
     closing: Arc<AtomicBool>,
@@ -146,14 +148,16 @@ impl AgentLink {
             }
         }
         let events = Arc::new(EventQueue::default());
+        let cm_events = Arc::new(EventQueue::default());
         let cqs: Arc<Mutex<HashMap<u32, Weak<CqShared>>>> = Arc::default();
         let closing = Arc::new(AtomicBool::new(false));
         let thread = {
             let (events, cqs, closing) = (events.clone(), cqs.clone(), closing.clone());
+            let cm_events = cm_events.clone();
             std::thread::Builder::new()
                 .name("urdma-events".into())
                 .spawn(move || {
-                    event_loop(events_mine, &events, &cqs);
+                    event_loop(events_mine, &events, &cm_events, &cqs);
                     if !closing.load(Ordering::SeqCst) {
                         nic_gone(&events, &cqs);
                     }
@@ -168,6 +172,7 @@ impl AgentLink {
             mrs: Mutex::new(HashMap::new()),
             cqs,
             events,
+            cm_events,
             thread: Mutex::new(Some(thread)),
             closing,
         })
@@ -512,6 +517,14 @@ impl AgentLink {
         })
     }
 
+    /// Carry out a call on the device's CM.
+    pub fn cm(&self, op: crate::cm::CmOp) -> Result<Option<crate::cm::ConnId>> {
+        match self.request(&Request::Cm(op), &[])? {
+            Value::CmId(id) => Ok(id),
+            _ => Err(Error::inval("the NIC answered another request")),
+        }
+    }
+
     /// Create an SRQ and read back its attributes.
     pub fn create_srq(
         &self,
@@ -598,7 +611,12 @@ fn nic_gone(events: &EventQueue, cqs: &Mutex<HashMap<u32, Weak<CqShared>>>) {
 
 /// Deliver the agent's events: CQ notifications to the CQ's notifier,
 /// asynchronous events to the queue. Ends when the agent closes the socket.
-fn event_loop(fd: OwnedFd, events: &EventQueue, cqs: &Mutex<HashMap<u32, Weak<CqShared>>>) {
+fn event_loop(
+    fd: OwnedFd,
+    events: &EventQueue,
+    cm_events: &EventQueue<crate::cm::CmEvent>,
+    cqs: &Mutex<HashMap<u32, Weak<CqShared>>>,
+) {
     let mut buf = channel::MsgBuf::default();
     let mut fds = Vec::new();
     loop {
@@ -621,6 +639,7 @@ fn event_loop(fd: OwnedFd, events: &EventQueue, cqs: &Mutex<HashMap<u32, Weak<Cq
                 }
             }
             Ok(Event::Async(ev)) => events.push([ev]),
+            Ok(Event::Cm(ev)) => cm_events.push([ev]),
             Err(e) => tracing::debug!(error = %e, "undecodable event"),
         }
     }

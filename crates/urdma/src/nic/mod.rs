@@ -16,6 +16,7 @@
 pub mod agent;
 pub mod channel;
 pub mod client;
+pub mod cm_routes;
 pub mod kernel;
 pub mod proto;
 pub mod session;
@@ -58,6 +59,24 @@ fn post_each<T>(
 }
 
 impl Link {
+    /// Carry out a call on the device's communication manager; a connect
+    /// answers the new connection's ID.
+    pub fn cm(&self, op: crate::cm::CmOp) -> Result<Option<crate::cm::ConnId>> {
+        match self {
+            Link::Embedded(d) => d.cm(op),
+            Link::Agent(a) => a.cm(op),
+        }
+    }
+
+    /// Next event of this driver's CM connections, waiting up to `timeout`
+    /// (None: forever).
+    pub fn next_cm_event(&self, timeout: Option<Duration>) -> Option<crate::cm::CmEvent> {
+        match self {
+            Link::Embedded(d) => d.next_cm_event(timeout),
+            Link::Agent(a) => a.cm_events.next(timeout),
+        }
+    }
+
     /// Run an engine command.
     pub fn execute(&self, cmd: Command) -> Result<Reply> {
         match self {

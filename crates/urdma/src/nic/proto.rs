@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Protocol version; a driver and an agent of different versions refuse
 /// each other at [`Request::Hello`].
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 256 << 10;
@@ -181,6 +181,9 @@ pub enum Request {
         /// The SRQ.
         srqn: u32,
     },
+    /// A call on the device's communication manager; answers
+    /// [`Value::CmId`].
+    Cm(crate::cm::CmOp),
     /// New work in the rings of an idle QP (not answered).
     Doorbell {
         /// The QP.
@@ -214,6 +217,8 @@ impl Request {
 pub enum Value {
     /// Nothing to return.
     Done,
+    /// What a CM call answers: a new connection's ID, if it made one.
+    CmId(Option<u32>),
     /// A number (PD, QP, SRQ, CQ, key).
     Number(u32),
     /// The device: its bound address.
@@ -307,6 +312,8 @@ pub enum Event {
     CqFired(u32),
     /// An asynchronous event on one of the driver's objects.
     Async(AsyncEvent),
+    /// An event of one of the driver's CM connections.
+    Cm(crate::cm::CmEvent),
 }
 
 fn options() -> impl Options {

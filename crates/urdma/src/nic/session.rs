@@ -5,6 +5,7 @@
 use super::agent::AgentDevice;
 use super::proto::{Event, Request, Value, WireError};
 use super::{channel, proto};
+use crate::cm::CmOp;
 use crate::cq::CqShared;
 use crate::engine::command::{
     AllocPd, CqInUse, CreateQp, CreateSrq, DeallocPd, DeregMr, DestroyQp, DestroySrq, ModifyQp,
@@ -387,6 +388,7 @@ impl Session {
             R::Doorbell { .. } => {
                 return Err(Error::inval("doorbells run through handle_doorbells"))
             }
+            R::Cm(op) => Value::CmId(self.cm(op)?),
             R::Capture { limit } => {
                 // A capture holds every process's traffic on the device.
                 let me = nix::unistd::getuid().as_raw();
@@ -440,9 +442,79 @@ impl Session {
     /// Tear down everything the session made, in dependency order: QPs,
     /// SRQs, MRs (their memory is invalidated at once), PDs, CQs; hands
     /// back the device the session used.
+    /// A call on the device's CM, for connections and services of this
+    /// session and with its own QPs only.
+    fn cm(&mut self, op: CmOp) -> Result<Option<u32>> {
+        let dev = self.device()?.clone();
+        match &op {
+            CmOp::Connect(p) => {
+                self.qp(p.qpn)?;
+            }
+            CmOp::Accept { params, .. } => {
+                self.qp(params.qpn)?;
+            }
+            _ => {}
+        }
+        let routes = || dev.cm_routes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(id) = op.conn() {
+            if routes().owner(id) != Some(self.id) {
+                return Err(not_found("connection", id));
+            }
+        }
+        match op {
+            CmOp::Listen { service_id } => {
+                if routes().listener(service_id).is_some() {
+                    return Err(Error::Busy(format!(
+                        "service {service_id:#x} has a listener"
+                    )));
+                }
+                // Routed first, so that a request right after is not lost.
+                routes().listen(service_id, self.id, &self.events);
+                let r = dev.driver.cm(op);
+                if r.is_err() {
+                    routes().unlisten(service_id);
+                }
+                r
+            }
+            CmOp::Unlisten { service_id } => {
+                if routes().listener(service_id) != Some(self.id) {
+                    return Err(Error::NotFound(format!("listener {service_id:#x}")));
+                }
+                routes().unlisten(service_id);
+                dev.driver.cm(op)
+            }
+            op => {
+                let r = dev.driver.cm(op)?;
+                if let Some(id) = r {
+                    routes().claim(id, self.id, &self.events);
+                }
+                Ok(r)
+            }
+        }
+    }
+
     pub fn close(&mut self) -> Option<Arc<AgentDevice>> {
         let dev = self.device.take()?;
         let d = &dev.driver;
+        // Connections end as on a host whose program died: a DREQ where
+        // one is due, silence otherwise.
+        let (conns, services) = dev
+            .cm_routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .release(self.id);
+        for service_id in services {
+            let _ = d.cm(CmOp::Unlisten { service_id });
+        }
+        for id in conns {
+            let dreq = CmOp::Disconnect {
+                id,
+                private_data: Vec::new(),
+            };
+            if d.cm(dreq).is_err() {
+                let _ = d.cm(CmOp::Destroy { id });
+            }
+        }
         for cap in self.captures.drain(..) {
             d.detach_capture(&cap);
         }

@@ -1,0 +1,214 @@
+//! The consumer's calls on a CM as one value ([`CmOp`]), which drivers
+//! send to the NIC, and the events' form on the way back.
+
+use super::{AcceptParams, Cm, CmEvent, ConnId, ConnectParams};
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use urdma_wire::cm::{CmMad, CmMessage};
+
+/// A call on a device's CM.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum CmOp {
+    /// Take REQs for a service ([`Cm::listen`]).
+    Listen {
+        /// The service.
+        service_id: u64,
+    },
+    /// Stop taking them ([`Cm::unlisten`]).
+    Unlisten {
+        /// The service.
+        service_id: u64,
+    },
+    /// Send a REQ ([`Cm::connect`]); answers the connection's ID.
+    Connect(ConnectParams),
+    /// Answer a REQ with a REP ([`Cm::accept`]).
+    Accept {
+        /// The connection.
+        id: ConnId,
+        /// The REP's values.
+        params: AcceptParams,
+    },
+    /// Reject a REQ or a REP ([`Cm::reject`]).
+    Reject {
+        /// The connection.
+        id: ConnId,
+        /// Why.
+        reason: u16,
+        /// Private data.
+        private_data: Vec<u8>,
+    },
+    /// Send the RTU ([`Cm::ready_to_use`]).
+    ReadyToUse {
+        /// The connection.
+        id: ConnId,
+        /// Private data.
+        private_data: Vec<u8>,
+    },
+    /// The QP received before the RTU ([`Cm::established`]).
+    Established {
+        /// The connection.
+        id: ConnId,
+    },
+    /// Send a DREQ ([`Cm::disconnect`]).
+    Disconnect {
+        /// The connection.
+        id: ConnId,
+        /// Private data.
+        private_data: Vec<u8>,
+    },
+    /// Forget a connection ([`Cm::destroy`]).
+    Destroy {
+        /// The connection.
+        id: ConnId,
+    },
+}
+
+impl CmOp {
+    /// The connection the call is about, if it names one.
+    pub fn conn(&self) -> Option<ConnId> {
+        match self {
+            CmOp::Accept { id, .. }
+            | CmOp::Reject { id, .. }
+            | CmOp::ReadyToUse { id, .. }
+            | CmOp::Established { id }
+            | CmOp::Disconnect { id, .. }
+            | CmOp::Destroy { id } => Some(*id),
+            CmOp::Listen { .. } | CmOp::Unlisten { .. } | CmOp::Connect(_) => None,
+        }
+    }
+}
+
+impl Cm {
+    /// Carry out `op` at `now`; a connect answers the new connection's ID.
+    pub fn apply(&mut self, now: u64, op: CmOp) -> Result<Option<ConnId>> {
+        match op {
+            CmOp::Listen { service_id } => self.listen(service_id).map(|()| None),
+            CmOp::Unlisten { service_id } => match self.unlisten(service_id) {
+                true => Ok(None),
+                false => Err(Error::NotFound(format!("listener {service_id:#x}"))),
+            },
+            CmOp::Connect(p) => self.connect(now, &p).map(Some),
+            CmOp::Accept { id, params } => self.accept(now, id, &params).map(|()| None),
+            CmOp::Reject {
+                id,
+                reason,
+                private_data,
+            } => self.reject(id, reason, &private_data).map(|()| None),
+            CmOp::ReadyToUse { id, private_data } => {
+                self.ready_to_use(id, &private_data).map(|()| None)
+            }
+            CmOp::Established { id } => self.established(id).map(|()| None),
+            CmOp::Disconnect { id, private_data } => {
+                self.disconnect(now, id, &private_data).map(|()| None)
+            }
+            CmOp::Destroy { id } => match self.destroy(id) {
+                true => Ok(None),
+                false => Err(Error::NotFound(format!("connection {id:#x}"))),
+            },
+        }
+    }
+}
+
+impl CmEvent {
+    /// The connection the event is about.
+    pub fn id(&self) -> ConnId {
+        match self {
+            CmEvent::ConnectRequest { id, .. }
+            | CmEvent::ConnectResponse { id, .. }
+            | CmEvent::Established { id }
+            | CmEvent::Rejected { id, .. }
+            | CmEvent::Unreachable { id }
+            | CmEvent::Disconnected { id }
+            | CmEvent::TimewaitExit { id } => *id,
+        }
+    }
+}
+
+/// A [`CmEvent`] as it travels between processes: REQ and REP as their
+/// MADs.
+#[derive(Serialize, Deserialize)]
+pub(super) struct CmEventRepr {
+    kind: u8,
+    id: ConnId,
+    peer: Option<SocketAddr>,
+    reason: u16,
+    data: Vec<u8>,
+}
+
+impl From<CmEvent> for CmEventRepr {
+    fn from(ev: CmEvent) -> Self {
+        let mad = |msg| CmMad { tid: 0, msg }.emit().to_vec();
+        let plain = |kind, id| CmEventRepr {
+            kind,
+            id,
+            peer: None,
+            reason: 0,
+            data: Vec::new(),
+        };
+        match ev {
+            CmEvent::ConnectRequest { id, peer, req } => CmEventRepr {
+                peer: Some(peer),
+                data: mad(CmMessage::Req(*req)),
+                ..plain(0, id)
+            },
+            CmEvent::ConnectResponse { id, rep } => CmEventRepr {
+                data: mad(CmMessage::Rep(*rep)),
+                ..plain(1, id)
+            },
+            CmEvent::Established { id } => plain(2, id),
+            CmEvent::Rejected {
+                id,
+                reason,
+                private_data,
+            } => CmEventRepr {
+                reason,
+                data: private_data,
+                ..plain(3, id)
+            },
+            CmEvent::Unreachable { id } => plain(4, id),
+            CmEvent::Disconnected { id } => plain(5, id),
+            CmEvent::TimewaitExit { id } => plain(6, id),
+        }
+    }
+}
+
+impl TryFrom<CmEventRepr> for CmEvent {
+    type Error = String;
+
+    fn try_from(r: CmEventRepr) -> std::result::Result<Self, String> {
+        let msg = || {
+            CmMad::parse(&r.data)
+                .map(|m| m.msg)
+                .map_err(|e| e.to_string())
+        };
+        let id = r.id;
+        Ok(match r.kind {
+            0 => match (msg()?, r.peer) {
+                (CmMessage::Req(req), Some(peer)) => CmEvent::ConnectRequest {
+                    id,
+                    peer,
+                    req: Box::new(req),
+                },
+                _ => return Err("a connect request carries a REQ and a peer".into()),
+            },
+            1 => match msg()? {
+                CmMessage::Rep(rep) => CmEvent::ConnectResponse {
+                    id,
+                    rep: Box::new(rep),
+                },
+                _ => return Err("a connect response carries a REP".into()),
+            },
+            2 => CmEvent::Established { id },
+            3 => CmEvent::Rejected {
+                id,
+                reason: r.reason,
+                private_data: r.data,
+            },
+            4 => CmEvent::Unreachable { id },
+            5 => CmEvent::Disconnected { id },
+            6 => CmEvent::TimewaitExit { id },
+            k => return Err(format!("unknown CM event kind {k}")),
+        })
+    }
+}
