@@ -3,6 +3,7 @@
 mod agent;
 mod bench;
 mod check;
+mod cm_echo;
 mod devices;
 mod peer;
 mod run;
@@ -31,6 +32,9 @@ enum Command {
     Stat(stat::StatArgs),
     /// Run an unmodified verbs program (ibv_*, perftest, ...) on urdma.
     Run(run::RunArgs),
+    /// Exchange a 16-byte message over a connection the CM sets up, as
+    /// rdma-core's rdma_client and rdma_server do (and with them).
+    CmEcho(cm_echo::CmEchoArgs),
     /// Run the NIC agent (started on demand by the first program that
     /// opens a device; run it yourself only as a service).
     Agent(agent::AgentArgs),
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
         Command::Stat(a) => stat::run(&a),
         Command::Run(a) => run::run(&a),
         Command::Agent(a) => agent::run(&a),
+        Command::CmEcho(a) => cm_echo::run(&a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -39,11 +39,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use urdma_wire::cm::{
-    CmMad, CmMessage, Dreq, PathInfo, Rej, Rep, Req, Rtu, DREQ_PRIVATE_LEN, REJ_PRIVATE_LEN,
-    REP_PRIVATE_LEN, REQ_PRIVATE_LEN, RTU_PRIVATE_LEN,
+    CmMad, CmMessage, Dreq, PathInfo, Rej, Rtu, DREQ_PRIVATE_LEN, REJ_PRIVATE_LEN, RTU_PRIVATE_LEN,
 };
 
-pub use urdma_wire::cm::{msg_ref, rej_reason};
+pub use urdma_wire::cm::{
+    msg_ref, rej_reason, CmaHeader, Rep, Req, REP_PRIVATE_LEN, REQ_PRIVATE_LEN,
+};
 
 /// A connection's local communication ID: the consumer's handle for it.
 pub type ConnId = u32;
