@@ -82,13 +82,15 @@ impl Side {
         Ok(ev)
     }
 
-    /// Move the QP to RTS towards `peer`'s QP and post the receive.
-    fn ready(&self, peer: IpAddr, qpn: u32, psn: u32, mtu: Mtu, rd: u8) -> Result<()> {
+    /// Move the QP to RTS towards `peer`'s QP, sending from the PSN the
+    /// peer advertised (`send_psn`) and expecting the one this side did,
+    /// and post the receive.
+    fn ready(&self, peer: IpAddr, qpn: u32, send_psn: u32, mtu: Mtu, rd: u8) -> Result<()> {
         let remote = Endpoint {
             gid: Gid::from_ip(peer),
             port: self.dev.local_addr().port(),
             qpn,
-            psn,
+            psn: self.qp.endpoint().psn,
             mtu,
         };
         let opts = ConnectOptions {
@@ -97,7 +99,7 @@ impl Side {
             max_dest_rd_atomic: rd.max(1),
             ..ConnectOptions::default()
         };
-        self.qp.connect(&remote, &opts)?;
+        self.qp.connect_sending_from(&remote, send_psn, &opts)?;
         let recv = [self.buf.slice(MSG_LEN, MSG_LEN)?];
         self.qp.post_recv(RecvWr::new(2, &recv))?;
         Ok(())

@@ -78,8 +78,11 @@ pub fn connect_send_disconnect() {
     let (pdb, cqb) = (b.alloc_pd().unwrap(), b.create_cq(16).unwrap());
     let qpb = pdb.create_qp(&QpInitAttr::rc(&cqb, &cqb)).unwrap();
     let buf = pdb.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
-    let peer_a = endpoint(ia, peer.port(), req.local_qpn, req.starting_psn);
-    qpb.connect(&peer_a, &opts).unwrap();
+    // Each side advertises the PSN it expects and sends from its peer's.
+    let mine_b = qpb.endpoint().psn;
+    let peer_a = endpoint(ia, peer.port(), req.local_qpn, mine_b);
+    qpb.connect_sending_from(&peer_a, req.starting_psn, &opts)
+        .unwrap();
     qpb.post_recv(RecvWr::new(7, &[buf.slice(0, 64).unwrap()]))
         .unwrap();
     let them = qpb.endpoint();
@@ -105,11 +108,11 @@ pub fn connect_send_disconnect() {
         (id, rep.local_qpn, rep.starting_psn),
         (ida, them.qpn, them.psn)
     );
-    qpa.connect(
-        &endpoint(ib, b.local_addr().port(), rep.local_qpn, rep.starting_psn),
-        &opts,
-    )
-    .unwrap();
+    let peer_b = endpoint(ib, b.local_addr().port(), rep.local_qpn, me.psn);
+    qpa.connect_sending_from(&peer_b, rep.starting_psn, &opts)
+        .unwrap();
+    let (qa, qb) = (qpa.query().unwrap(), qpb.query().unwrap());
+    assert_eq!((qa.sq_psn, qa.rq_psn), (qb.rq_psn, qb.sq_psn));
     a.cm(CmOp::ReadyToUse {
         id: ida,
         private_data: vec![],

@@ -117,7 +117,8 @@ pub struct Req {
     pub transport: u8,
     /// End-to-end flow control.
     pub flow_control: bool,
-    /// The first PSN the requester sends (24 bits).
+    /// Starting PSN (24 bits): Linux's CM advertises the PSN the
+    /// requester's QP expects to receive, and the responder sends from it.
     pub starting_psn: u32,
     /// How long the responder's CM may take to answer (5 bits).
     pub local_cm_response_timeout: u8,
@@ -287,7 +288,8 @@ pub struct Rep {
     pub local_qkey: u32,
     /// The responder's QP number (24 bits).
     pub local_qpn: u32,
-    /// The first PSN the responder sends (24 bits).
+    /// Starting PSN (24 bits): the PSN the responder's QP expects to
+    /// receive, as in the REQ.
     pub starting_psn: u32,
     /// RDMA READs and atomics the responder accepts at once.
     pub responder_resources: u8,

@@ -256,6 +256,19 @@ impl Qp {
 
     /// Bring an RC or UC QP from RESET to RTS, connected to `remote`.
     pub fn connect(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
+        self.connect_sending_from(remote, self.initial_psn, opts)
+    }
+
+    /// As [`Qp::connect`], but the QP's first send carries `send_psn`
+    /// (`remote.psn` stays the first PSN it receives). A connection the CM
+    /// sets up works so: each side advertises the PSN it expects and sends
+    /// from the one its peer advertised.
+    pub fn connect_sending_from(
+        &self,
+        remote: &Endpoint,
+        send_psn: u32,
+        opts: &ConnectOptions,
+    ) -> Result<()> {
         if self.qp_type == QpType::Ud {
             return Err(Error::inval("UD QPs are not connected"));
         }
@@ -263,7 +276,7 @@ impl Qp {
             mtu: remote.mtu.min(self.endpoint().mtu),
             ..remote.clone()
         };
-        for (attr, mask) in connect_steps(self.qp_type, &remote, self.initial_psn, opts) {
+        for (attr, mask) in connect_steps(self.qp_type, &remote, send_psn, opts) {
             self.modify(&attr, mask)?;
         }
         Ok(())

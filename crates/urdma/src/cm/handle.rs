@@ -232,11 +232,12 @@ impl Cm {
             return;
         }
         match c.state {
+            // Both sides may disconnect at once: the DREQ that crosses
+            // ours ends the connection (our DREP may never come back).
             State::Established | State::RepSent | State::MraRepRcvd | State::DreqSent => {
-                let reported = c.state == State::DreqSent;
                 let peer = c.peer;
                 let mad = self.send(peer, tid, CmMessage::Drep(drep(id, dreq.local_comm_id)));
-                self.enter_timewait(now, id, !reported);
+                self.enter_timewait(now, id, true);
                 if let Some(c) = self.conns.get_mut(&id) {
                     c.last_drep = Some(mad);
                 }

@@ -66,7 +66,9 @@ pub struct ConnectParams {
     pub service_id: u64,
     /// The local QP.
     pub qpn: u32,
-    /// The first PSN the local QP sends.
+    /// The first PSN the local QP expects to receive: the peer sends from
+    /// it (as Linux's CM uses the field), and the local QP sends from the
+    /// REP's.
     pub starting_psn: u32,
     /// 0: RC, 1: UC.
     pub transport: u8,
@@ -101,7 +103,8 @@ pub struct ConnectParams {
 pub struct AcceptParams {
     /// The local QP.
     pub qpn: u32,
-    /// The first PSN the local QP sends.
+    /// The first PSN the local QP expects to receive (the local QP sends
+    /// from the REQ's).
     pub starting_psn: u32,
     /// RDMA READs and atomics the local QP accepts at once.
     pub responder_resources: u8,

@@ -365,3 +365,22 @@ fn bad_calls_are_refused_and_change_nothing() {
     assert!(matches!(b.listen(SERVICE), Err(Error::Busy(_))));
     assert!(b.unlisten(SERVICE));
 }
+
+#[test]
+fn crossing_dreqs_disconnect_both_sides_once() {
+    let (mut a, mut b) = (cm(1), cm(2));
+    let (ida, idb) = establish(&mut a, &mut b);
+    a.disconnect(0, ida, &[]).unwrap();
+    b.disconnect(0, idb, &[]).unwrap();
+    deliver(0, &mut a, A, &mut b, all);
+    deliver(0, &mut b, B, &mut a, all);
+    // Each side answered the other's DREQ; the DREPs find TimeWait.
+    deliver(0, &mut a, A, &mut b, all);
+    deliver(0, &mut b, B, &mut a, all);
+    assert_eq!(events(&mut a), vec![CmEvent::Disconnected { id: ida }]);
+    assert_eq!(events(&mut b), vec![CmEvent::Disconnected { id: idb }]);
+    assert_eq!(
+        (a.state(ida), b.state(idb)),
+        (Some("TIMEWAIT"), Some("TIMEWAIT"))
+    );
+}

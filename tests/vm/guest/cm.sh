@@ -1,0 +1,134 @@
+#!/bin/bash
+# Guest test: urdma's communication manager against Linux's (ib_cm and
+# rdma_cm over Soft-RoCE). rdma-core's unmodified rdma_server and
+# rdma_client run on rxe in the root namespace; `urdma cm-echo` (the same
+# exchange: connect, one 16-byte message each way, disconnect) runs on
+# urdma in a namespace of its own at the other end of a veth, as server
+# and as client. A port nobody listens on is refused both ways (REJ with
+# reason 8, which rdma_cm reports as ECONNREFUSED).
+#
+# Prints "ok - cm: NAME" / "FAIL - cm: NAME" per check.
+# Environment: URDMA (the urdma binary), CM_TIMEOUT (seconds per program,
+# default 120).
+set -u
+U=${URDMA:?URDMA names the urdma binary}
+T=${CM_TIMEOUT:-120}
+NS=urdma-cm
+IP_R=169.254.71.1
+IP_U=169.254.71.2
+DEV_R=cmv-r
+DEV_U=cmv-u
+W=$(mktemp -d)
+ok() { echo "ok - cm: $*"; }
+fail() { echo "FAIL - cm: $*"; }
+
+cleanup() {
+  local p
+  for p in $(ip netns pids $NS 2>/dev/null); do
+    kill -9 "$p" 2>/dev/null
+  done
+  pkill -9 -x rdma_server 2>/dev/null
+  rdma link delete rxecm 2>/dev/null
+  ip link del $DEV_R 2>/dev/null
+  ip netns del $NS 2>/dev/null
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+modprobe veth && modprobe rdma_rxe && modprobe rdma_ucm ||
+  { fail "modules veth, rdma_rxe and rdma_ucm load"; exit 1; }
+ip netns add $NS &&
+  ip link add $DEV_R type veth peer name $DEV_U netns $NS &&
+  ip addr add $IP_R/24 dev $DEV_R && ip link set $DEV_R up &&
+  ip -n $NS addr add $IP_U/24 dev $DEV_U && ip -n $NS link set $DEV_U up &&
+  ip -n $NS link set lo up || { fail "veth between the root namespace and $NS"; exit 1; }
+rdma link add rxecm type rxe netdev $DEV_R || { fail "rdma link add rxecm"; exit 1; }
+busybox ping -c 1 -W 5 $IP_U >/dev/null 2>&1 || fail "ping $IP_U from the root namespace"
+
+urdma_side() { ip netns exec $NS "$U" "$@"; }
+
+# show NAME FILE...: the last lines of each file, indented.
+show() {
+  local f
+  for f in "$@"; do
+    sed "s/^/    ${f##*/}: /" "$f" | tail -8
+  done
+}
+
+# listening PORT: rxe's rdma_cm listens on PORT (rdma resource cm_id).
+listening() {
+  local i
+  for i in $(seq 1 100); do
+    rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN.*src-addr $IP_R:$1 " && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# 1. rxe serves (rdma_server), urdma connects (cm-echo).
+timeout -k 5 "$T" rdma_server -s $IP_R -p 7471 >"$W/server" 2>&1 &
+spid=$!
+listening 7471 || echo "    # rdma_server did not show as listening on 7471"
+timeout -k 5 "$T" ip netns exec $NS "$U" cm-echo --bind $IP_U $IP_R -p 7471 >"$W/client" 2>&1
+crc=$?
+wait $spid
+src=$?
+if [ $crc = 0 ] && [ $src = 0 ] && grep -q "received 16 bytes" "$W/client"; then
+  ok "rdma_server on rxe, urdma cm-echo connects: $(cat "$W/client")"
+else
+  fail "rdma_server on rxe (status $src), urdma cm-echo connects (status $crc)"
+  show "$W/server" "$W/client"
+fi
+
+# 2. A port nobody listens on at the rxe end: rejected at once.
+start=$(date +%s)
+timeout -k 5 "$T" ip netns exec $NS "$U" cm-echo --bind $IP_U $IP_R -p 7473 >"$W/refused" 2>&1
+crc=$?
+took=$(($(date +%s) - start))
+if [ $crc != 0 ] && grep -q "connection refused" "$W/refused" && [ $took -lt 30 ]; then
+  ok "no listener on rxe: refused in ${took}s ($(tail -1 "$W/refused"))"
+else
+  fail "no listener on rxe: status $crc after ${took}s"
+  show "$W/refused"
+fi
+
+# 3. urdma serves (cm-echo), rxe connects (rdma_client); before that, a
+# port nobody listens on at the urdma end is refused.
+timeout -k 5 "$T" ip netns exec $NS "$U" cm-echo --bind $IP_U -p 7472 >"$W/userver" 2>&1 &
+upid=$!
+# The NIC agent binds UDP 4791 in the namespace once the device is open.
+for i in $(seq 1 100); do
+  ip netns exec $NS cat /proc/net/udp | awk '$2 ~ /:12B7$/ { f = 1 } END { exit !f }' && break
+  sleep 0.2
+done
+refused=
+for i in $(seq 1 50); do
+  timeout -k 5 60 rdma_client -s $IP_U -p 7479 >"$W/rrefused" 2>&1
+  if grep -qi "refused" "$W/rrefused"; then
+    refused=yes
+    break
+  fi
+  # The urdma device may not be up yet: nobody answers the REQ.
+  sleep 1
+done
+if [ -n "$refused" ]; then
+  ok "no listener on urdma: rdma_client says $(grep -i refused "$W/rrefused" | head -1)"
+else
+  fail "no listener on urdma: rdma_client was not refused"
+  show "$W/rrefused"
+fi
+crc=1
+for i in $(seq 1 10); do
+  timeout -k 5 "$T" rdma_client -s $IP_U -p 7472 >"$W/rclient" 2>&1
+  crc=$?
+  [ $crc = 0 ] && break
+  sleep 1
+done
+wait $upid
+src=$?
+if [ $crc = 0 ] && [ $src = 0 ] && grep -q "echoed 16 bytes" "$W/userver"; then
+  ok "urdma cm-echo serves, rdma_client on rxe connects: $(cat "$W/userver")"
+else
+  fail "urdma cm-echo serves (status $src), rdma_client on rxe connects (status $crc)"
+  show "$W/userver" "$W/rclient"
+fi
