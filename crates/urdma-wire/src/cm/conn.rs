@@ -408,31 +408,8 @@ impl Dreq {
     }
 }
 
-/// Reply to a disconnect request (table 113).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Drep {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// Private data.
-    pub private_data: [u8; RTU_PRIVATE_LEN],
-}
+/// Reply to a disconnect request (table 113): the RTU's layout, the two
+/// communication IDs and 224 bytes of private data.
+pub type Drep = Rtu;
 
-impl Drep {
-    pub(super) fn read(m: &Mad) -> Self {
-        Drep {
-            local_comm_id: m.u32(24),
-            remote_comm_id: m.u32(28),
-            private_data: m.bytes(32),
-        }
-    }
-
-    pub(super) fn write(&self, m: &mut Mad) {
-        m.set_u32(24, self.local_comm_id);
-        m.set_u32(28, self.remote_comm_id);
-        m.set_bytes(32, &self.private_data);
-    }
-}
-
-zero_default!(Req, Mra, Rej, Rep, Rtu, Dreq, Drep);
+zero_default!(Req, Mra, Rej, Rep, Rtu, Dreq);

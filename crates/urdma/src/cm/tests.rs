@@ -64,6 +64,14 @@ fn events(c: &mut Cm) -> Vec<CmEvent> {
     c.take_events().collect()
 }
 
+/// The connection of the one connect request `c` reported.
+fn request(c: &mut Cm) -> ConnId {
+    match &events(c)[..] {
+        [CmEvent::ConnectRequest { id, .. }] => *id,
+        ev => panic!("no connect request: {ev:?}"),
+    }
+}
+
 /// Connect a (QP 0x11) to b (QP 0x22); returns (a's id, b's id).
 fn establish(a: &mut Cm, b: &mut Cm) -> (ConnId, ConnId) {
     b.listen(SERVICE).unwrap();
@@ -204,9 +212,7 @@ fn a_lost_rtu_is_recovered_by_the_resent_rep() {
     b.listen(SERVICE).unwrap();
     let ida = a.connect(0, &params(0x11)).unwrap();
     deliver(0, &mut a, A, &mut b, all);
-    let [CmEvent::ConnectRequest { id: idb, .. }] = events(&mut b)[..] else {
-        panic!("no connect request");
-    };
+    let idb = request(&mut b);
     b.accept(
         0,
         idb,
@@ -236,9 +242,7 @@ fn first_data_establishes_the_passive_side_without_the_rtu() {
     b.listen(SERVICE).unwrap();
     a.connect(0, &params(0x11)).unwrap();
     deliver(0, &mut a, A, &mut b, all);
-    let [CmEvent::ConnectRequest { id: idb, .. }] = events(&mut b)[..] else {
-        panic!("no connect request");
-    };
+    let idb = request(&mut b);
     assert!(b.established(idb).is_err(), "not before the REP");
     b.accept(0, idb, &AcceptParams::default()).unwrap();
     b.established(idb).unwrap();
@@ -252,9 +256,7 @@ fn a_consumer_reject_carries_reason_and_private_data() {
     b.listen(SERVICE).unwrap();
     let ida = a.connect(0, &params(0x11)).unwrap();
     deliver(0, &mut a, A, &mut b, all);
-    let [CmEvent::ConnectRequest { id: idb, .. }] = events(&mut b)[..] else {
-        panic!("no connect request");
-    };
+    let idb = request(&mut b);
     b.reject(idb, rej_reason::CONSUMER_DEFINED, b"busy")
         .unwrap();
     assert_eq!(b.state(idb), None);
