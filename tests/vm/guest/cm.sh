@@ -7,6 +7,11 @@
 # and as client. A port nobody listens on is refused both ways (REJ with
 # reason 8, which rdma_cm reports as ECONNREFUSED).
 #
+# Then, against rdma_server, a lost REQ (urdma resends it after the
+# response timeout) and a lost RTU (the first SEND establishes Linux's
+# side; the REP it resends is answered by the RTU again), dropped by a tc
+# filter on rxe's ingress.
+#
 # Prints "ok - cm: NAME" / "FAIL - cm: NAME" per check.
 # Environment: URDMA (the urdma binary), CM_TIMEOUT (seconds per program,
 # default 120).
@@ -28,9 +33,13 @@ cleanup() {
     kill -9 "$p" 2>/dev/null
   done
   pkill -9 -x rdma_server 2>/dev/null
+  tc qdisc del dev $DEV_R clsact 2>/dev/null
   rdma link delete rxecm 2>/dev/null
   ip link del $DEV_R 2>/dev/null
   ip netns del $NS 2>/dev/null
+  # rxe holds UDP 4791 of the root namespace while it is loaded: leave
+  # the port to the scripts that run next.
+  modprobe -r rdma_ucm rdma_rxe 2>/dev/null
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -63,6 +72,47 @@ listening() {
     sleep 0.2
   done
   return 1
+}
+
+# drop_first_mad ATTR: on rxe's ingress, drop the first CM MAD with
+# attribute ATTR (UD SEND_ONLY, opcode 0x64 at byte 28 of the IPv4
+# packet; the MAD after BTH and DETH at byte 48, its attribute ID at 64)
+# and let the next one through.
+drop_first_mad() {
+  tc qdisc del dev $DEV_R clsact 2>/dev/null
+  tc qdisc add dev $DEV_R clsact &&
+    tc filter add dev $DEV_R ingress protocol ip prio 1 u32 \
+      match u8 17 0xff at 9 match u16 4791 0xffff at 22 \
+      match u8 0x64 0xff at 28 match u16 "$1" 0xffff at 64 \
+      action gact drop random determ pass 2
+}
+dropped() {
+  tc -s filter show dev $DEV_R ingress | sed -n 's/.*(dropped \([0-9]*\).*/\1/p' | head -1
+}
+
+# echo_with_loss NAME ATTR PORT: rdma_server on rxe and cm-echo on urdma
+# with the first MAD of ATTR from urdma lost.
+echo_with_loss() {
+  local name=$1 attr=$2 port=$3 start crc src took
+  drop_first_mad "$attr" || { fail "$name: tc filter on $DEV_R"; return; }
+  timeout -k 5 "$T" rdma_server -s $IP_R -p "$port" >"$W/lserver" 2>&1 &
+  local spid=$!
+  listening "$port" || echo "    # rdma_server did not show as listening on $port"
+  start=$(date +%s)
+  timeout -k 5 "$T" ip netns exec $NS "$U" cm-echo --bind $IP_U $IP_R -p "$port" >"$W/lclient" 2>&1
+  crc=$?
+  took=$(($(date +%s) - start))
+  wait $spid
+  src=$?
+  local d
+  d=$(dropped)
+  tc qdisc del dev $DEV_R clsact 2>/dev/null
+  if [ $crc = 0 ] && [ $src = 0 ] && [ "$d" = 1 ]; then
+    ok "$name: one MAD dropped, connected and echoed in ${took}s"
+  else
+    fail "$name: dropped ${d:-?}, rdma_server status $src, cm-echo status $crc"
+    show "$W/lserver" "$W/lclient"
+  fi
 }
 
 # 1. rxe serves (rdma_server), urdma connects (cm-echo).
@@ -132,3 +182,7 @@ else
   fail "urdma cm-echo serves (status $src), rdma_client on rxe connects (status $crc)"
   show "$W/userver" "$W/rclient"
 fi
+
+# 4. Lost MADs.
+echo_with_loss "first REQ lost" 0x0010 7474
+echo_with_loss "RTU lost" 0x0014 7475
