@@ -113,6 +113,11 @@ pub(super) struct Conn {
     pub(super) last_drep: Option<CmMad>,
     /// End of TimeWait (ns).
     pub(super) timewait_until: Option<u64>,
+    /// Passive: when the requester has surely given up on a REQ the
+    /// consumer never answered (ns).
+    pub(super) answer_by: Option<u64>,
+    /// The consumer heard of the disconnection.
+    pub(super) disconnect_reported: bool,
 }
 
 impl Conn {
@@ -135,16 +140,21 @@ impl Conn {
             last_mra: None,
             last_drep: None,
             timewait_until: None,
+            answer_by: None,
+            disconnect_reported: false,
         }
     }
 
     /// When this connection has timer work.
     pub(super) fn deadline(&self) -> Option<u64> {
-        match (&self.pending, self.timewait_until) {
-            (Some(p), Some(t)) => Some(p.deadline.min(t)),
-            (Some(p), None) => Some(p.deadline),
-            (None, t) => t,
-        }
+        [
+            self.pending.as_ref().map(|p| p.deadline),
+            self.timewait_until,
+            self.answer_by,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The error for a call this state does not allow.

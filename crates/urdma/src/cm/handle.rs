@@ -16,7 +16,7 @@ impl Cm {
         match &mad.msg {
             CmMessage::Req(m) => self.on_req(now, from, mad.tid, m),
             CmMessage::Mra(m) => self.on_mra(now, m),
-            CmMessage::Rej(m) => self.on_rej(m),
+            CmMessage::Rej(m) => self.on_rej(from, m),
             CmMessage::Rep(m) => self.on_rep(mad.tid, m),
             CmMessage::Rtu(m) => self.on_rtu(m),
             CmMessage::Dreq(m) => self.on_dreq(now, from, mad.tid, m),
@@ -67,7 +67,7 @@ impl Cm {
         if let Some((old, state)) = stale {
             self.reject_req(from, tid, 0, req, rej_reason::STALE_CONN);
             if state == State::Established && self.disconnect(now, old, &[]).is_ok() {
-                self.events.push_back(CmEvent::Disconnected { id: old });
+                self.report_disconnected(old);
             }
             return;
         }
@@ -87,6 +87,11 @@ impl Cm {
         c.response_timeout = req.local_cm_response_timeout;
         c.max_retries = req.max_cm_retries;
         c.ack_timeout = req.primary.local_ack_timeout;
+        // The requester waits this long per try, for 1 + max_cm_retries
+        // tries; a REQ the consumer leaves unanswered beyond that is gone.
+        let per_try = self.response_ns(req.remote_cm_response_timeout);
+        let tries = u64::from(req.max_cm_retries) + 1;
+        c.answer_by = Some(now.saturating_add(per_try.saturating_mul(tries)));
         self.conns.insert(id, c);
         self.events.push_back(CmEvent::ConnectRequest {
             id,
@@ -132,9 +137,11 @@ impl Cm {
         let Some(c) = self.conns.get_mut(&mra.remote_comm_id) else {
             return;
         };
+        // A repeated MRA (the peer answers each resent message) holds the
+        // requester again.
         let next = match (c.state, mra.message_mraed) {
-            (State::ReqSent, msg_ref::REQ) => State::MraReqRcvd,
-            (State::RepSent, msg_ref::REP) => State::MraRepRcvd,
+            (State::ReqSent | State::MraReqRcvd, msg_ref::REQ) => State::MraReqRcvd,
+            (State::RepSent | State::MraRepRcvd, msg_ref::REP) => State::MraRepRcvd,
             _ => return,
         };
         c.state = next;
@@ -146,7 +153,25 @@ impl Cm {
         }
     }
 
-    fn on_rej(&mut self, rej: &Rej) {
+    fn on_rej(&mut self, from: SocketAddr, rej: &Rej) {
+        // A requester that gives up its REQ before our answer does not
+        // know our ID yet: it names its own.
+        let withdrawn = self.conns.iter().find_map(|(&id, c)| {
+            (c.role == Role::Passive
+                && matches!(c.state, State::ReqRcvd | State::MraReqSent)
+                && c.remote_comm_id == rej.local_comm_id
+                && c.peer.ip() == from.ip())
+            .then_some(id)
+        });
+        if let Some(id) = withdrawn.filter(|_| !self.conns.contains_key(&rej.remote_comm_id)) {
+            self.conns.remove(&id);
+            self.events.push_back(CmEvent::Rejected {
+                id,
+                reason: rej.reason,
+                private_data: rej.private_data.to_vec(),
+            });
+            return;
+        }
         let Some(c) = self.conns.get(&rej.remote_comm_id) else {
             return;
         };
@@ -270,7 +295,17 @@ impl Cm {
         c.pending = None;
         c.timewait_until = Some(now.saturating_add(2 * lifetime + code_ns(c.ack_timeout)));
         if report {
-            self.events.push_back(CmEvent::Disconnected { id });
+            self.report_disconnected(id);
+        }
+    }
+
+    /// Tell the consumer `id` is disconnected, once.
+    fn report_disconnected(&mut self, id: ConnId) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            if !c.disconnect_reported {
+                c.disconnect_reported = true;
+                self.events.push_back(CmEvent::Disconnected { id });
+            }
         }
     }
 
@@ -291,6 +326,15 @@ impl Cm {
                 self.conns.remove(&id);
                 self.events.push_back(CmEvent::TimewaitExit { id });
                 continue;
+            }
+            if c.answer_by.is_some_and(|t| t <= now) {
+                c.answer_by = None;
+                if matches!(c.state, State::ReqRcvd | State::MraReqSent) {
+                    tracing::debug!(id, "REQ left unanswered past the requester's patience");
+                    self.conns.remove(&id);
+                    self.events.push_back(CmEvent::Unreachable { id });
+                    continue;
+                }
             }
             let peer = c.peer;
             let Some(p) = c.pending.as_mut().filter(|p| p.deadline <= now) else {

@@ -36,7 +36,7 @@ pub use ops::CmOp;
 use crate::error::{Error, Result};
 use conn::{Conn, Pending, Role, State};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use urdma_wire::cm::{
     CmMad, CmMessage, Dreq, PathInfo, Rej, Rtu, DREQ_PRIVATE_LEN, REJ_PRIVATE_LEN, RTU_PRIVATE_LEN,
@@ -191,7 +191,9 @@ pub struct Cm {
     next_comm_id: u32,
     next_tid: u64,
     listeners: HashSet<u64>,
-    conns: HashMap<ConnId, Conn>,
+    /// In ID order, so that timers and searches run in one order: a run
+    /// is a function of its inputs.
+    conns: BTreeMap<ConnId, Conn>,
     tx: VecDeque<Outgoing>,
     events: VecDeque<CmEvent>,
 }
@@ -229,7 +231,7 @@ impl Cm {
             next_comm_id: (seed as u32).max(1),
             next_tid: seed.rotate_left(32) | 1,
             listeners: HashSet::new(),
-            conns: HashMap::new(),
+            conns: BTreeMap::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -355,6 +357,7 @@ impl Cm {
             return Err(c.wrong_state("accept"));
         }
         c.local_qpn = p.qpn & urdma_wire::QPN_MASK;
+        c.answer_by = None;
         let rep = Rep {
             local_comm_id: id,
             remote_comm_id: c.remote_comm_id,
@@ -429,7 +432,7 @@ impl Cm {
     /// (which was lost): the connection is established.
     pub fn established(&mut self, id: ConnId) -> Result<()> {
         let c = self.conn_mut(id)?;
-        if c.state != State::RepSent {
+        if !matches!(c.state, State::RepSent | State::MraRepRcvd) {
             return Err(c.wrong_state("establish"));
         }
         c.state = State::Established;

@@ -1,4 +1,5 @@
 use super::*;
+use urdma_wire::cm::{Mra, Rej};
 
 const A: &str = "169.254.0.1:4791";
 const B: &str = "169.254.0.2:4791";
@@ -385,4 +386,70 @@ fn crossing_dreqs_disconnect_both_sides_once() {
         (a.state(ida), b.state(idb)),
         (Some("TIMEWAIT"), Some("TIMEWAIT"))
     );
+}
+
+#[test]
+fn a_req_left_unanswered_or_withdrawn_is_freed() {
+    let (mut a, mut b) = (cm(1), cm(2));
+    b.listen(SERVICE).unwrap();
+    a.connect(0, &params(0x11)).unwrap();
+    deliver(0, &mut a, A, &mut b, all);
+    let idb = request(&mut b);
+    // Nobody answers: once the requester has surely given up, so does b.
+    let d = b.next_deadline().expect("a deadline for the answer");
+    b.on_timer(d);
+    assert_eq!(events(&mut b), vec![CmEvent::Unreachable { id: idb }]);
+    assert_eq!((b.state(idb), b.next_deadline()), (None, None));
+
+    // The requester withdraws (REJ naming only its own ID).
+    let ida = a.connect(0, &params(0x12)).unwrap();
+    deliver(0, &mut a, A, &mut b, all);
+    let idb = request(&mut b);
+    let rej = CmMad {
+        tid: 9,
+        msg: CmMessage::Rej(Rej {
+            local_comm_id: ida,
+            remote_comm_id: 0,
+            reason: rej_reason::TIMEOUT,
+            ..Rej::default()
+        }),
+    };
+    b.handle(0, addr(A), &rej);
+    let ev = events(&mut b);
+    assert!(matches!(&ev[..], [CmEvent::Rejected { id, reason: 4, .. }] if *id == idb));
+    assert_eq!(b.state(idb), None);
+}
+
+#[test]
+fn an_accepted_connection_keeps_no_stale_deadline() {
+    let (mut a, mut b) = (cm(1), cm(2));
+    let (_, idb) = establish(&mut a, &mut b);
+    assert_eq!(b.state(idb), Some("ESTABLISHED"));
+    assert_eq!(b.next_deadline(), None);
+}
+
+#[test]
+fn repeated_mras_keep_holding_the_requester() {
+    let (mut a, mut b) = (cm(1), cm(2));
+    b.listen(SERVICE).unwrap();
+    let ida = a.connect(0, &params(0x11)).unwrap();
+    let mra = |t| CmMad {
+        tid: 1,
+        msg: CmMessage::Mra(Mra {
+            local_comm_id: 5,
+            remote_comm_id: ida,
+            message_mraed: msg_ref::REQ,
+            service_timeout: t,
+            ..Mra::default()
+        }),
+    };
+    a.handle(0, addr(B), &mra(10));
+    let first = a.next_deadline().unwrap();
+    a.handle(first - 1, addr(B), &mra(10));
+    assert!(
+        a.next_deadline().unwrap() > first,
+        "the second MRA restarts the wait"
+    );
+    assert_eq!(a.state(ida), Some("MRA_REQ_RCVD"));
+    drop(b);
 }

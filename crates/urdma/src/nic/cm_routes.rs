@@ -33,19 +33,45 @@ impl CmRoutes {
         self.listeners.get(&service_id).map(|o| o.0)
     }
 
-    /// Session `session` listens on `service_id`.
-    pub fn listen(&mut self, service_id: u64, session: u64, sink: &Arc<EventSink>) {
+    /// Session `session` listens on `service_id`, unless another does:
+    /// false then.
+    pub fn listen(&mut self, service_id: u64, session: u64, sink: &Arc<EventSink>) -> bool {
+        match self.listeners.get(&service_id) {
+            Some(o) if o.0 != session => return false,
+            _ => {}
+        }
         self.listeners
             .insert(service_id, (session, Arc::downgrade(sink)));
         let parked: Vec<CmEvent> = self.unclaimed.drain(..).collect();
         for ev in parked {
             self.route(ev);
         }
+        true
     }
 
-    /// Nobody listens on `service_id` any more.
-    pub fn unlisten(&mut self, service_id: u64) {
-        self.listeners.remove(&service_id);
+    /// `session` no longer listens on `service_id`.
+    pub fn unlisten(&mut self, service_id: u64, session: u64) {
+        if self.listener(service_id) == Some(session) {
+            self.listeners.remove(&service_id);
+        }
+    }
+
+    /// Connection `id` is gone from the CM without an event (rejected or
+    /// destroyed by its owner).
+    pub fn forget(&mut self, id: ConnId) {
+        self.conns.remove(&id);
+    }
+
+    /// The services `session` listens on.
+    pub fn services_of(&self, session: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .listeners
+            .iter()
+            .filter(|(_, o)| o.0 == session)
+            .map(|(&s, _)| s)
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Connection `id` belongs to `session`; events that came before are
@@ -60,27 +86,20 @@ impl CmRoutes {
         }
     }
 
-    /// Forget what `session` owns; answers its connections and services.
-    pub fn release(&mut self, session: u64) -> (Vec<ConnId>, Vec<u64>) {
-        let conns: Vec<ConnId> = self
+    /// Forget what `session` owns; answers its connections.
+    pub fn release(&mut self, session: u64) -> Vec<ConnId> {
+        let mut conns: Vec<ConnId> = self
             .conns
             .iter()
             .filter(|(_, o)| o.0 == session)
             .map(|(&id, _)| id)
             .collect();
+        conns.sort_unstable();
         for id in &conns {
             self.conns.remove(id);
         }
-        let services: Vec<u64> = self
-            .listeners
-            .iter()
-            .filter(|(_, o)| o.0 == session)
-            .map(|(&s, _)| s)
-            .collect();
-        for s in &services {
-            self.listeners.remove(s);
-        }
-        (conns, services)
+        self.listeners.retain(|_, o| o.0 != session);
+        conns
     }
 
     /// Deliver an event to its session.

@@ -439,9 +439,6 @@ impl Session {
         });
     }
 
-    /// Tear down everything the session made, in dependency order: QPs,
-    /// SRQs, MRs (their memory is invalidated at once), PDs, CQs; hands
-    /// back the device the session used.
     /// A call on the device's CM, for connections and services of this
     /// session and with its own QPs only.
     fn cm(&mut self, op: CmOp) -> Result<Option<u32>> {
@@ -463,16 +460,15 @@ impl Session {
         }
         match op {
             CmOp::Listen { service_id } => {
-                if routes().listener(service_id).is_some() {
+                // Routed first, so that a request right after is not lost.
+                if !routes().listen(service_id, self.id, &self.events) {
                     return Err(Error::Busy(format!(
                         "service {service_id:#x} has a listener"
                     )));
                 }
-                // Routed first, so that a request right after is not lost.
-                routes().listen(service_id, self.id, &self.events);
                 let r = dev.driver.cm(op);
                 if r.is_err() {
-                    routes().unlisten(service_id);
+                    routes().unlisten(service_id, self.id);
                 }
                 r
             }
@@ -480,32 +476,44 @@ impl Session {
                 if routes().listener(service_id) != Some(self.id) {
                     return Err(Error::NotFound(format!("listener {service_id:#x}")));
                 }
-                routes().unlisten(service_id);
-                dev.driver.cm(op)
+                // The CM first: a request meanwhile still finds its route.
+                let r = dev.driver.cm(op);
+                routes().unlisten(service_id, self.id);
+                r
             }
             op => {
+                let gone = match &op {
+                    CmOp::Reject { id, .. } | CmOp::Destroy { id } => Some(*id),
+                    _ => None,
+                };
                 let r = dev.driver.cm(op)?;
                 if let Some(id) = r {
                     routes().claim(id, self.id, &self.events);
+                }
+                if let Some(id) = gone {
+                    routes().forget(id);
                 }
                 Ok(r)
             }
         }
     }
 
+    /// Tear down everything the session made, in dependency order: CM
+    /// listeners and connections, QPs, SRQs, MRs (their memory is
+    /// invalidated at once), PDs, CQs; hands back the device the session
+    /// used.
     pub fn close(&mut self) -> Option<Arc<AgentDevice>> {
         let dev = self.device.take()?;
         let d = &dev.driver;
-        // Connections end as on a host whose program died: a DREQ where
-        // one is due, silence otherwise.
-        let (conns, services) = dev
-            .cm_routes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .release(self.id);
+        // The CM stops listening first, so that no request comes in for
+        // nobody; then connections end as on a host whose program died: a
+        // DREQ where one is due, silence otherwise.
+        let routes = || dev.cm_routes.lock().unwrap_or_else(|e| e.into_inner());
+        let services = routes().services_of(self.id);
         for service_id in services {
             let _ = d.cm(CmOp::Unlisten { service_id });
         }
+        let conns = routes().release(self.id);
         for id in conns {
             let dreq = CmOp::Disconnect {
                 id,
