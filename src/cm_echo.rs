@@ -171,23 +171,14 @@ fn client(side: &Side, server: IpAddr, port: u16) -> Result<()> {
     .emit(&mut private_data)
     .map_err(|e| anyhow!("address header: {e}"))?;
     let params = ConnectParams {
-        peer: SocketAddr::new(server, local.port()),
-        service_id: CmaHeader::service_id(RDMA_PS_TCP, port),
-        qpn: me.qpn,
-        starting_psn: me.psn,
-        transport: 0,
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
         path_mtu: mtu_code(mtu),
-        srq: false,
-        traffic_class: 0,
-        hop_limit: 64,
-        ack_timeout: 14,
-        response_timeout: urdma::cm::DEFAULT_RESPONSE_TIMEOUT,
-        max_retries: urdma::cm::DEFAULT_MAX_RETRIES,
         private_data,
+        ..ConnectParams::rc(
+            SocketAddr::new(server, local.port()),
+            CmaHeader::service_id(RDMA_PS_TCP, port),
+            me.qpn,
+            me.psn,
+        )
     };
     let id = side
         .dev

@@ -30,23 +30,9 @@ impl Input<'_> {
 
 fn params(peer: SocketAddr, service_id: u64, qpn: u32) -> ConnectParams {
     ConnectParams {
-        peer,
-        service_id,
-        qpn,
-        starting_psn: qpn,
-        transport: 0,
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: 3,
-        srq: false,
-        traffic_class: 0,
-        hop_limit: 64,
-        ack_timeout: 14,
         response_timeout: 8,
         max_retries: 3,
-        private_data: vec![],
+        ..ConnectParams::rc(peer, service_id, qpn, qpn)
     }
 }
 

@@ -18,24 +18,11 @@ fn next(dev: &Device) -> CmEvent {
 
 fn connect_params(dev_b: &Device, qpn: u32, psn: u32, service_id: u64) -> ConnectParams {
     ConnectParams {
-        peer: dev_b.local_addr(),
-        service_id,
-        qpn,
-        starting_psn: psn,
-        transport: 0,
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: 3,
-        srq: false,
-        traffic_class: 0,
-        hop_limit: 64,
-        ack_timeout: 14,
         // Short retries: a lost MAD costs a test little.
         response_timeout: 16,
         max_retries: 3,
         private_data: b"urdma".to_vec(),
+        ..ConnectParams::rc(dev_b.local_addr(), service_id, qpn, psn)
     }
 }
 

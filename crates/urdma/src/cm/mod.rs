@@ -98,6 +98,35 @@ pub struct ConnectParams {
     pub private_data: Vec<u8>,
 }
 
+impl ConnectParams {
+    /// An RC connection of QP `qpn` (expecting `starting_psn` first) to
+    /// `service_id` at `peer`, with what Linux's rdma_cm asks by default:
+    /// one READ or atomic each way, 7 transport and RNR retries, path MTU
+    /// 1024, hop limit 64, ACK timeout 14, CM response timeout 20 and 15
+    /// CM retries, no private data.
+    pub fn rc(peer: SocketAddr, service_id: u64, qpn: u32, starting_psn: u32) -> Self {
+        ConnectParams {
+            peer,
+            service_id,
+            qpn,
+            starting_psn,
+            transport: 0,
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            path_mtu: 3,
+            srq: false,
+            traffic_class: 0,
+            hop_limit: 64,
+            ack_timeout: 14,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
+            private_data: Vec::new(),
+        }
+    }
+}
+
 /// What the passive side answers in its REP.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct AcceptParams {

@@ -18,24 +18,11 @@ fn cm(guid: u64) -> Cm {
 
 fn params(qpn: u32) -> ConnectParams {
     ConnectParams {
-        peer: addr(B),
-        service_id: SERVICE,
-        qpn,
-        starting_psn: 0x1234,
-        transport: 0,
-        responder_resources: 4,
-        initiator_depth: 2,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        path_mtu: 3,
-        srq: false,
-        traffic_class: 0,
-        hop_limit: 64,
-        ack_timeout: 14,
         // 4.096 µs × 2^10 ≈ 4.2 ms per try.
         response_timeout: 10,
         max_retries: 3,
         private_data: b"hello".to_vec(),
+        ..ConnectParams::rc(addr(B), SERVICE, qpn, 0x1234)
     }
 }
 

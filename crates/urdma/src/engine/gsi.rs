@@ -116,25 +116,7 @@ mod tests {
         let mut a = engine("169.254.0.1:4791");
         let mut b = engine("169.254.0.2:4791");
         b.cm_call(|cm| cm.listen(0x0106_0001)).unwrap();
-        let p = ConnectParams {
-            peer: b.local(),
-            service_id: 0x0106_0001,
-            qpn: 0x123,
-            starting_psn: 1,
-            transport: 0,
-            responder_resources: 1,
-            initiator_depth: 1,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            path_mtu: 5,
-            srq: false,
-            traffic_class: 0,
-            hop_limit: 64,
-            ack_timeout: 14,
-            response_timeout: 20,
-            max_retries: 15,
-            private_data: vec![],
-        };
+        let p = ConnectParams::rc(b.local(), 0x0106_0001, 0x123, 1);
         let ida = a.cm_call(|cm| cm.connect(0, &p)).unwrap();
         // One UD packet to QP 1, 256 bytes of MAD.
         let req = a.tx.front().unwrap().data.clone();
