@@ -16,6 +16,11 @@ pub struct AgentArgs {
     /// Never exit on idleness (as a system service).
     #[arg(long)]
     persist: bool,
+    /// Open every device at start (those `urdma devices` lists), so that
+    /// each answers connection requests before a program uses it, as an
+    /// RDMA NIC's connection manager does.
+    #[arg(long)]
+    open_all: bool,
 }
 
 /// Run (or detach) the agent. An agent already serving the namespace is
@@ -29,14 +34,22 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
         } else {
             args.push(format!("--linger={}", a.linger));
         }
+        if a.open_all {
+            args.push("--open-all".to_string());
+        }
         urdma::nic::spawn::detach(&exe, &args)?;
         return Ok(());
     }
     if !a.linger.is_finite() || a.linger < 0.0 {
         anyhow::bail!("--linger must be a number of seconds >= 0");
     }
+    let open = match a.open_all {
+        true => urdma::config::discover()?,
+        false => Vec::new(),
+    };
     let opts = AgentOptions {
         linger: (!a.persist).then(|| Duration::from_secs_f64(a.linger)),
+        open,
         ..AgentOptions::default()
     };
     match agent::run(&opts) {

@@ -25,7 +25,8 @@ const MSG_LEN: usize = 16;
 pub struct CmEchoArgs {
     /// Server to connect to; without it, serve one client.
     server: Option<IpAddr>,
-    /// Local address (the device to use); default: the first device.
+    /// Local address (the device to use, on `URDMA_PORT` or 4791);
+    /// default: the first device.
     #[arg(short = 'b', long)]
     bind: Option<IpAddr>,
     /// rdma_cm port (TCP port space).
@@ -47,7 +48,10 @@ struct Side {
 impl Side {
     fn open(args: &CmEchoArgs) -> Result<Side> {
         let cfg = match args.bind {
-            Some(ip) => DeviceConfig::new(ip),
+            Some(ip) => DeviceConfig {
+                port: urdma::config::default_port()?,
+                ..DeviceConfig::new(ip)
+            },
             None => urdma::config::discover()?
                 .into_iter()
                 .next()

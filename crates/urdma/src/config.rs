@@ -32,6 +32,11 @@ struct FileDevice {
     port: Option<u16>,
 }
 
+/// The UDP port of devices: `URDMA_PORT`, else 4791.
+pub fn default_port() -> Result<u16> {
+    env_port()
+}
+
 fn env_port() -> Result<u16> {
     match std::env::var("URDMA_PORT") {
         Ok(p) => p

@@ -25,6 +25,9 @@ pub struct AgentOptions {
     pub name: String,
     /// Exit after this long with no driver connected (None: never).
     pub linger: Option<Duration>,
+    /// Devices to open at start and keep open, so that their CM answers
+    /// connection requests before any program uses them.
+    pub open: Vec<DeviceConfig>,
 }
 
 impl Default for AgentOptions {
@@ -32,6 +35,7 @@ impl Default for AgentOptions {
         AgentOptions {
             name: channel::agent_name(),
             linger: Some(Duration::from_secs(5)),
+            open: Vec::new(),
         }
     }
 }
@@ -267,6 +271,19 @@ pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
     channel::keep_free_memory();
     tracing::info!(name = opts.name, "NIC agent listening");
     let nic = Arc::new(Nic::default());
+    // Held for the agent's life (a device no session opened is not a
+    // reason to stay: linger still counts sessions only).
+    let _held: Vec<Arc<AgentDevice>> = opts
+        .open
+        .iter()
+        .filter_map(|c| match nic.open_device(&c.name, c.addr, c.port) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!(name = c.name, addr = %c.addr, error = %e, "device not opened");
+                None
+            }
+        })
+        .collect();
     let me = nix::unistd::getuid().as_raw();
     let mut idle_since = Some(Instant::now());
     loop {
