@@ -34,10 +34,6 @@ struct FileDevice {
 
 /// The UDP port of devices: `URDMA_PORT`, else 4791.
 pub fn default_port() -> Result<u16> {
-    env_port()
-}
-
-fn env_port() -> Result<u16> {
     match std::env::var("URDMA_PORT") {
         Ok(p) => p
             .parse()
@@ -149,7 +145,7 @@ pub fn from_interfaces(port: u16) -> Result<Vec<DeviceConfig>> {
 
 /// The devices this process should see.
 pub fn discover() -> Result<Vec<DeviceConfig>> {
-    let port = env_port()?;
+    let port = default_port()?;
     if let Ok(a) = std::env::var("URDMA_ADDR") {
         let addr: IpAddr = a
             .parse()

@@ -228,10 +228,14 @@ impl CmMad {
 }
 
 /// The CM's timeouts are encoded as 4.096 µs × 2^`t` (5 bits): this is
-/// that time in microseconds, saturating for codes above 31.
+/// that time in nanoseconds, saturating for codes above 31.
+pub fn timeout_nanos(t: u8) -> u64 {
+    4096u64 << t.min(31)
+}
+
+/// [`timeout_nanos`] in microseconds.
 pub fn timeout_micros(t: u8) -> u64 {
-    // 4.096 µs × 2^t = 4096 ns << t.
-    (4096u64 << t.min(31)) / 1000
+    timeout_nanos(t) / 1000
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The CM's answers to arriving MADs and to its timers.
 
 use super::conn::{Conn, Role, State};
-use super::{code_ns, Cm, CmEvent, ConnId};
+use super::{timeout_nanos, Cm, CmEvent, ConnId};
 use std::net::SocketAddr;
 use urdma_wire::cm::{
     msg_ref, rej_reason, CmMad, CmMessage, Drep, Dreq, Mra, Rej, Rep, Req, Rtu, REJ_PRIVATE_LEN,
@@ -133,7 +133,7 @@ impl Cm {
     }
 
     fn on_mra(&mut self, now: u64, mra: &Mra) {
-        let wait = 2 * code_ns(self.packet_lifetime) + code_ns(mra.service_timeout);
+        let wait = 2 * timeout_nanos(self.packet_lifetime) + timeout_nanos(mra.service_timeout);
         let Some(c) = self.conns.get_mut(&mra.remote_comm_id) else {
             return;
         };
@@ -287,13 +287,13 @@ impl Cm {
 
     /// Move `id` to TimeWait, reporting the disconnection if `report`.
     fn enter_timewait(&mut self, now: u64, id: ConnId, report: bool) {
-        let lifetime = code_ns(self.packet_lifetime);
+        let lifetime = timeout_nanos(self.packet_lifetime);
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
         c.state = State::TimeWait;
         c.pending = None;
-        c.timewait_until = Some(now.saturating_add(2 * lifetime + code_ns(c.ack_timeout)));
+        c.timewait_until = Some(now.saturating_add(2 * lifetime + timeout_nanos(c.ack_timeout)));
         if report {
             self.report_disconnected(id);
         }

@@ -34,6 +34,7 @@ mod ops;
 pub use ops::CmOp;
 
 use crate::error::{Error, Result};
+use crate::verbs::Gid;
 use conn::{Conn, Pending, Role, State};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -42,6 +43,7 @@ use urdma_wire::cm::{
     CmMad, CmMessage, Dreq, PathInfo, Rej, Rtu, DREQ_PRIVATE_LEN, REJ_PRIVATE_LEN, RTU_PRIVATE_LEN,
 };
 
+pub use urdma_wire::cm::timeout_nanos;
 pub use urdma_wire::cm::{
     msg_ref, rej_reason, CmaHeader, Rep, Req, REP_PRIVATE_LEN, REQ_PRIVATE_LEN,
 };
@@ -235,19 +237,6 @@ fn copy_private<const N: usize>(data: &[u8]) -> Result<[u8; N]> {
     Ok(out)
 }
 
-/// The GID of an IP address: IPv4 mapped into IPv6, as RoCEv2 has it.
-pub fn gid_of(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
-/// 4.096 µs × 2^`code` in nanoseconds.
-fn code_ns(code: u8) -> u64 {
-    4096u64 << code.min(31)
-}
-
 impl Cm {
     /// The CM of a device at `local` with CA GUID `guid`; `seed` spreads
     /// the first communication ID and transaction ID, so that a restarted
@@ -306,7 +295,7 @@ impl Cm {
     /// Time to wait for an answer from a CM that takes up to 2^`code` ×
     /// 4.096 µs.
     fn response_ns(&self, code: u8) -> u64 {
-        2 * code_ns(self.packet_lifetime) + code_ns(code)
+        2 * timeout_nanos(self.packet_lifetime) + timeout_nanos(code)
     }
 
     fn send(&mut self, to: SocketAddr, tid: u64, msg: CmMessage) -> CmMad {
@@ -330,8 +319,8 @@ impl Cm {
         let path = PathInfo {
             local_lid: 0xFFFF,
             remote_lid: 0xFFFF,
-            local_gid: gid_of(self.local),
-            remote_gid: gid_of(p.peer.ip()),
+            local_gid: Gid::from_ip(self.local).0,
+            remote_gid: Gid::from_ip(p.peer.ip()).0,
             traffic_class: p.traffic_class,
             hop_limit: p.hop_limit,
             local_ack_timeout: p.ack_timeout.min(31),

@@ -70,7 +70,10 @@ fn establish(a: &mut Cm, b: &mut Cm) -> (ConnId, ConnId) {
     };
     assert_eq!((req.local_qpn, req.starting_psn), (0x11, 0x1234));
     assert_eq!(&req.private_data[..5], b"hello");
-    assert_eq!(req.primary.local_gid, gid_of(addr(A).ip()));
+    assert_eq!(
+        req.primary.local_gid,
+        crate::verbs::Gid::from_ip(addr(A).ip()).0
+    );
     assert_eq!(req.primary.remote_gid[10..], [0xFF, 0xFF, 169, 254, 0, 2]);
     assert_eq!(
         (req.primary.hop_limit, req.primary.local_ack_timeout),

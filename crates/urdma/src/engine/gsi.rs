@@ -2,12 +2,13 @@
 //! Q_Key 0x80010000 and the default P_Key, to and from the device's
 //! communication manager ([`crate::cm::Cm`]).
 
-use super::counters::Counter;
-use super::{Engine, Transmit};
+use super::counters::{Counter, Counters};
+use super::tx::{self, PayloadSrc};
+use super::Engine;
 use crate::cm::{Cm, CmEvent};
 use std::net::SocketAddr;
 use urdma_wire::cm::{CmMad, GSI_QKEY, GSI_QPN, MAD_LEN};
-use urdma_wire::{Bth, Deth, IcrcContext, Opcode, Packet, PacketRepr, DEFAULT_PKEY};
+use urdma_wire::{Bth, Deth, Opcode, Packet, PacketRepr, DEFAULT_PKEY};
 
 /// Why a packet for QP 1 was not taken.
 fn refuse(pkt: &Packet<'_>) -> Option<&'static str> {
@@ -44,13 +45,14 @@ impl Engine {
         // A CM answers at the peer's RoCE port, whatever the source port.
         let peer = SocketAddr::new(src.ip(), self.local.port());
         self.cm.handle(now, peer, &mad);
-        self.flush_cm();
+        self.flush_cm(now);
     }
 
-    /// Run `f` on the device's CM, then queue the MADs it produced.
-    pub fn cm_call<T>(&mut self, f: impl FnOnce(&mut Cm) -> T) -> T {
+    /// Run `f` on the device's CM at `now`, then queue the MADs it
+    /// produced.
+    pub fn cm_call<T>(&mut self, now: u64, f: impl FnOnce(&mut Cm) -> T) -> T {
         let out = f(&mut self.cm);
-        self.flush_cm();
+        self.flush_cm(now);
         out
     }
 
@@ -60,7 +62,7 @@ impl Engine {
     }
 
     /// Queue the CM's MADs as UD packets from QP 1 to QP 1.
-    pub(super) fn flush_cm(&mut self) {
+    pub(super) fn flush_cm(&mut self, now: u64) {
         let out: Vec<_> = self.cm.drain_tx().collect();
         for o in out {
             let psn = self.gsi_psn;
@@ -71,22 +73,12 @@ impl Engine {
                 src_qp: GSI_QPN,
             });
             let payload: [u8; MAD_LEN] = o.mad.emit();
-            let mut data = Vec::with_capacity(repr.header_len() + MAD_LEN + 4);
-            let ctx = IcrcContext {
-                src: self.local,
-                dst: o.to,
-            };
-            let built = urdma_wire::emit_headers(&repr, MAD_LEN, &mut data).and_then(|()| {
-                data.extend_from_slice(&payload);
-                urdma_wire::seal(&mut data, &ctx)
-            });
-            if let Err(e) = built {
-                tracing::warn!(to = %o.to, error = %e, "CM MAD not sent");
-                continue;
+            // QP 1 keeps no counters of its own: the device's count it.
+            let mut qp1 = Counters::default();
+            let (_, mut cx) = self.split(now);
+            if tx::send(&mut cx, &mut qp1, o.to, &repr, PayloadSrc::Bytes(&payload)).is_err() {
+                tracing::warn!(to = %o.to, "CM MAD not sent");
             }
-            self.counters.add(Counter::TxPackets, 1);
-            self.counters.add(Counter::TxBytes, data.len() as u64);
-            self.tx.push_back(Transmit { dst: o.to, data });
         }
     }
 }
@@ -94,6 +86,8 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Transmit;
+    use urdma_wire::IcrcContext;
     use crate::cm::{AcceptParams, ConnectParams};
     use crate::verbs::DeviceAttr;
 
@@ -115,9 +109,9 @@ mod tests {
     fn two_engines_connect_through_qp1() {
         let mut a = engine("169.254.0.1:4791");
         let mut b = engine("169.254.0.2:4791");
-        b.cm_call(|cm| cm.listen(0x0106_0001)).unwrap();
+        b.cm_call(0, |cm| cm.listen(0x0106_0001)).unwrap();
         let p = ConnectParams::rc(b.local(), 0x0106_0001, 0x123, 1);
-        let ida = a.cm_call(|cm| cm.connect(0, &p)).unwrap();
+        let ida = a.cm_call(0, |cm| cm.connect(0, &p)).unwrap();
         // One UD packet to QP 1, 256 bytes of MAD.
         let req = a.tx.front().unwrap().data.clone();
         let pkt = urdma_wire::parse_unchecked(&req).unwrap();
@@ -132,7 +126,7 @@ mod tests {
         let [CmEvent::ConnectRequest { id, .. }] = ev[..] else {
             panic!("no request: {ev:?}");
         };
-        b.cm_call(|cm| cm.accept(0, id, &AcceptParams::default()))
+        b.cm_call(0, |cm| cm.accept(0, id, &AcceptParams::default()))
             .unwrap();
         pass(0, &mut b, &mut a);
         assert!(matches!(

@@ -271,7 +271,7 @@ impl Engine {
         }
         if self.cm.next_deadline().is_some_and(|d| d <= now) {
             self.cm.on_timer(now);
-            self.flush_cm();
+            self.flush_cm(now);
         }
     }
 

@@ -264,7 +264,7 @@ impl UdpDriver {
 
     /// Carry out a call on the device's CM.
     pub fn cm(&self, op: crate::cm::CmOp) -> crate::Result<Option<crate::cm::ConnId>> {
-        self.with_engine(|e, now| e.cm_call(|cm| cm.apply(now, op)))
+        self.with_engine(|e, now| e.cm_call(now, |cm| cm.apply(now, op)))
     }
 
     /// Next CM event, waiting up to `timeout` (None: forever).
@@ -356,7 +356,11 @@ impl UdpDriver {
                 Err(e) => Err(e),
             };
             if got.is_ok() {
-                last_rx = std::time::Instant::now();
+                // A wake-up (an empty datagram from this socket) is no
+                // traffic to keep polling for.
+                if batch.iter().any(|(_, d)| d.is_some_and(|d| !d.is_empty())) {
+                    last_rx = std::time::Instant::now();
+                }
                 self.each_capture(|cap| {
                     for (src, data) in batch.iter() {
                         if let (Some(src), Some(data)) = (src, data) {
