@@ -2,11 +2,12 @@
 /*
  * The NIC file, /dev/urdma: how the urdma NIC (the userspace agent that
  * runs the engine) raises events on objects the kernel knows. Only root
- * opens it (mode 0600): a process with it can signal any user CQ.
+ * opens it (mode 0600): a process with it can signal any user CQ, QP
+ * or SRQ.
  *
  * An event names the device, the object's number (which the provider
- * got from create_cq, create_qp or create_srq and gave the NIC) and the process the
- * NIC serves; the object must belong to that process. The event is
+ * got from create_cq, create_qp or create_srq and gave the NIC) and the
+ * process the NIC serves; the object must belong to that process. The event is
  * raised under the object table's lock, which the destroy verbs take to
  * remove the object, so no event reaches an object being
  * destroyed.

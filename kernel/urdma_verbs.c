@@ -241,7 +241,9 @@ static int urdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
  * transition is checked here as IBTA (and the RDMA core's table) has it,
  * so that a modification the NIC would refuse for its state or mask is
  * refused here first; the kernel's copy of the attributes is kept for
- * query_qp and the resource tracker. The address vector is not kept.
+ * query_qp and the resource tracker. The address vector, the alternate
+ * path, the path migration state and the capabilities are accepted and
+ * not kept: query_qp reports the path as migrated.
  */
 static int urdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 			   int mask, struct ib_udata *udata)

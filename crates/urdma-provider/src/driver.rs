@@ -249,7 +249,7 @@ pub struct ibv_create_cq {
 }
 
 /// `struct ib_uverbs_create_cq_resp` followed by urdma.ko's driver data
-/// (`struct urdma_create_cq_resp`: the CQ's number).
+/// (`struct urdma_create_resp`: the CQ's number).
 #[repr(C)]
 #[derive(Default)]
 pub struct CreateCqResp {
@@ -278,7 +278,7 @@ pub struct CreateQpCmd {
 }
 
 /// `struct ib_uverbs_create_qp_resp` (32 bytes, which the library reads)
-/// followed by urdma.ko's driver data (`struct urdma_create_qp_resp`).
+/// followed by urdma.ko's driver data (`struct urdma_create_resp`).
 #[repr(C)]
 #[derive(Default)]
 pub struct CreateQpResp {
@@ -304,7 +304,7 @@ pub struct ibv_create_srq {
 }
 
 /// `struct ib_uverbs_create_srq_resp` followed by urdma.ko's driver data
-/// (`struct urdma_create_srq_resp`: the SRQ's number).
+/// (`struct urdma_create_resp`: the SRQ's number).
 #[repr(C)]
 #[derive(Default)]
 pub struct CreateSrqResp {

@@ -15,8 +15,9 @@ use urdma_verbs::cq::Cq;
 use urdma_verbs::sys::*;
 use urdma_verbs::util::{guard, set_errno, VResult};
 
-/// `create_cq`: the NIC's CQ, then the kernel's, bound together when a
-/// completion channel waits for events.
+/// `create_cq`: the NIC's CQ, then the kernel's, bound together: the
+/// kernel's completion channel (if any) gets the completion events and
+/// its async event file the CQ errors.
 pub unsafe extern "C" fn create_cq(
     context: *mut ibv_context,
     cqe: c_int,
@@ -122,13 +123,10 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
             Ok(true) => return libc::EBUSY,
             Ok(false) => {}
         }
-        if crate::kernel_objects::is_backed(cq) {
-            // SAFETY: cq is a live CQ of this provider with a kernel CQ.
-            let rc = unsafe { ibv_cmd_destroy_cq(cq) };
-            if rc != 0 {
-                return rc;
-            }
-            crate::kernel_objects::unmark(cq);
+        // SAFETY: cq is a live CQ of this provider.
+        let rc = unsafe { crate::kernel_objects::destroy_in_kernel(cq, ibv_cmd_destroy_cq) };
+        if rc != 0 {
+            return rc;
         }
         // SAFETY: as above.
         unsafe { v::cq::destroy_cq(cq) }

@@ -8,7 +8,7 @@
 //! do QPs built on them.
 
 use crate::driver::*;
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::os::raw::c_int;
 use std::sync::{Mutex, MutexGuard};
 use urdma::nic::agent::Object;
@@ -19,25 +19,47 @@ use urdma_verbs::sys::*;
 use urdma_verbs::util::{guard, set_errno};
 
 /// The objects (their C pointers) that have a kernel counterpart.
-static BACKED: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+static BACKED: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
 
-fn backed() -> MutexGuard<'static, Option<HashSet<usize>>> {
+fn backed() -> MutexGuard<'static, BTreeSet<usize>> {
     BACKED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Record that `p` has a kernel counterpart.
 pub fn mark<T>(p: *const T) {
-    backed().get_or_insert_with(HashSet::new).insert(p as usize);
+    backed().insert(p as usize);
 }
 
-/// Forget `p`'s kernel counterpart; true if it had one.
-pub fn unmark<T>(p: *const T) -> bool {
-    backed().as_mut().is_some_and(|s| s.remove(&(p as usize)))
+/// Forget `p`'s kernel counterpart.
+fn unmark<T>(p: *const T) {
+    backed().remove(&(p as usize));
 }
 
 /// True if `p` has a kernel counterpart (NULL counts as having one).
 pub fn is_backed<T>(p: *const T) -> bool {
-    p.is_null() || backed().as_ref().is_some_and(|s| s.contains(&(p as usize)))
+    p.is_null() || backed().contains(&(p as usize))
+}
+
+/// Destroy `p`'s kernel counterpart, if it has one, with `destroy` (an
+/// `ibv_cmd_destroy_*`); 0, or the error that leaves `p` as it was.
+///
+/// # Safety
+/// `p` is NULL or a live object of this provider of the type `destroy`
+/// takes.
+pub unsafe fn destroy_in_kernel<T>(
+    p: *mut T,
+    destroy: unsafe extern "C" fn(*mut T) -> c_int,
+) -> c_int {
+    if p.is_null() || !is_backed(p) {
+        return 0;
+    }
+    // SAFETY: p is a live object with a kernel counterpart (the caller's
+    // contract).
+    let rc = unsafe { destroy(p) };
+    if rc == 0 {
+        unmark(p);
+    }
+    rc
 }
 
 /// `alloc_pd`: the NIC's PD, then the kernel's.
@@ -82,13 +104,10 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
             Ok(p) if p.in_use() => return libc::EBUSY,
             Ok(_) => {}
         }
-        if is_backed(pd) {
-            // SAFETY: pd is a live PD of this provider with a kernel PD.
-            let rc = unsafe { ibv_cmd_dealloc_pd(pd) };
-            if rc != 0 {
-                return rc;
-            }
-            unmark(pd);
+        // SAFETY: pd is a live PD of this provider.
+        let rc = unsafe { destroy_in_kernel(pd, ibv_cmd_dealloc_pd) };
+        if rc != 0 {
+            return rc;
         }
         // SAFETY: as above.
         unsafe { v::pd::dealloc_pd(pd) }
@@ -185,13 +204,10 @@ pub unsafe extern "C" fn modify_qp(
 /// `destroy_qp`: the kernel's QP first.
 pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
-        if !qp.is_null() && is_backed(qp) {
-            // SAFETY: qp is a live QP with a kernel QP.
-            let rc = unsafe { ibv_cmd_destroy_qp(qp) };
-            if rc != 0 {
-                return rc;
-            }
-            unmark(qp);
+        // SAFETY: the caller's contract is the verbs'.
+        let rc = unsafe { destroy_in_kernel(qp, ibv_cmd_destroy_qp) };
+        if rc != 0 {
+            return rc;
         }
         // SAFETY: the caller's contract is the verbs'.
         unsafe { v::qp::destroy_qp(qp) }
@@ -244,13 +260,10 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
 /// `destroy_srq`: the kernel's SRQ first.
 pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard(libc::EIO, || {
-        if !srq.is_null() && is_backed(srq) {
-            // SAFETY: srq is a live SRQ with a kernel SRQ.
-            let rc = unsafe { ibv_cmd_destroy_srq(srq) };
-            if rc != 0 {
-                return rc;
-            }
-            unmark(srq);
+        // SAFETY: the caller's contract is the verbs'.
+        let rc = unsafe { destroy_in_kernel(srq, ibv_cmd_destroy_srq) };
+        if rc != 0 {
+            return rc;
         }
         // SAFETY: the caller's contract is the verbs'.
         unsafe { v::srq::destroy_srq(srq) }

@@ -227,10 +227,11 @@ impl Device {
         Ok(Cq::new(self.clone(), shared))
     }
 
-    /// Have the NIC raise `cq`'s completion events on a CQ of the urdma
-    /// kernel module (made through uverbs by this process, with the
-    /// kernel's completion channel) instead of calling the CQ's own
-    /// notifier. Needs the module's NIC file (`/dev/urdma`, root).
+    /// Have the NIC raise `cq`'s completion events (if it has a completion
+    /// channel) and its CQ errors (through the agent) on a CQ of the urdma
+    /// kernel module made through uverbs by this process, instead of
+    /// calling the CQ's own notifier. Needs the module's NIC file
+    /// (`/dev/urdma`, root).
     pub fn bind_cq_to_kernel(
         &self,
         cq: &Cq,

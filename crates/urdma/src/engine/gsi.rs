@@ -86,10 +86,10 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Transmit;
-    use urdma_wire::IcrcContext;
     use crate::cm::{AcceptParams, ConnectParams};
+    use crate::engine::Transmit;
     use crate::verbs::DeviceAttr;
+    use urdma_wire::IcrcContext;
 
     fn engine(addr: &str) -> Engine {
         Engine::new(addr.parse().unwrap(), DeviceAttr::default(), Some(7))

@@ -1,8 +1,8 @@
 //! The urdma kernel module's NIC file (`/dev/urdma`, see
 //! `kernel/urdma_abi.h`): how the NIC raises completion events on the
 //! kernel's completion channels, and asynchronous events on the kernel's
-//! async event files, for CQs and QPs that a provider created through
-//! uverbs. Only root opens it.
+//! async event files, for CQs, QPs and SRQs that a provider created
+//! through uverbs. Only root opens it.
 
 use std::fs::File;
 use std::io;
@@ -36,12 +36,12 @@ struct EventCmd {
 nix::ioctl_write_ptr!(ioc_cq_event, 0xb5, 1, CqEventCmd);
 nix::ioctl_write_ptr!(ioc_event, 0xb5, 2, EventCmd);
 
-/// A kernel CQ or QP that the NIC signals: its device and number.
+/// A kernel CQ, QP or SRQ that the NIC signals: its device and number.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct KernelObject {
     /// The kernel device's name (`urdma0`).
     pub ibdev: String,
-    /// The number the kernel's create_cq or create_qp returned.
+    /// The number the kernel's create_cq, create_qp or create_srq returned.
     pub id: u32,
 }
 
