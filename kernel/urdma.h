@@ -8,6 +8,7 @@
 #define URDMA_H
 
 #include <linux/list.h>
+#include <linux/poll.h>
 #include <linux/netdevice.h>
 #include <linux/xarray.h>
 #include <rdma/ib_verbs.h>
@@ -15,6 +16,11 @@
 
 #define URDMA_UVERBS_ABI_VERSION	1
 #define URDMA_GID_TABLE_LEN		32
+#define URDMA_KQP_MAX_SGE		4	/* per work request of a kernel QP */
+
+struct urdma_chan;
+struct urdma_kcq;
+struct urdma_kqp;
 
 struct urdma_dev {
 	struct ib_device ibdev;
@@ -26,6 +32,12 @@ struct urdma_dev {
 	u32 next_cq;			/* numbers are handed out cyclically, */
 	u32 next_qp;			/* so a freed one is not reused at once */
 	u32 next_srq;
+	spinlock_t kernel_lock;		/* guards chan and gsi */
+	struct urdma_chan *chan;	/* the NIC's channel, or NULL */
+	struct urdma_qp *gsi;		/* the kernel's QP 1, or NULL */
+	struct xarray kmrs;		/* kernel MRs by key index */
+	u32 next_kmr;
+	atomic64_t next_handle;		/* of kernel sends, never reused */
 };
 
 static inline struct urdma_dev *to_urdma(struct ib_device *ibdev)
@@ -44,6 +56,7 @@ struct urdma_pd {
 struct urdma_cq {
 	struct ib_cq ibcq;
 	u32 id;				/* in urdma_dev.cqs (0: none) */
+	struct urdma_kcq *k;		/* a kernel CQ's queue, else NULL */
 };
 
 static inline struct urdma_cq *to_urdma_cq(struct ib_cq *ibcq)
@@ -58,6 +71,7 @@ struct urdma_qp {
 	struct ib_qp_attr attr;		/* as the last modify_qp left it */
 	struct ib_qp_cap cap;
 	enum ib_sig_type sq_sig_type;
+	struct urdma_kqp *k;		/* a kernel QP's queues, else NULL */
 };
 
 static inline struct urdma_qp *to_urdma_qp(struct ib_qp *ibqp)
@@ -65,8 +79,25 @@ static inline struct urdma_qp *to_urdma_qp(struct ib_qp *ibqp)
 	return container_of(ibqp, struct urdma_qp, ibqp);
 }
 
+/* An address handle: the path of a kernel UD send. */
 struct urdma_ah {
 	struct ib_ah ibah;
+	u8 sgid[16];
+	u8 dgid[16];
+	u32 flow_label;
+	u8 hop_limit;
+	u8 traffic_class;
+};
+
+static inline struct urdma_ah *to_urdma_ah(struct ib_ah *ibah)
+{
+	return container_of(ibah, struct urdma_ah, ibah);
+}
+
+/* A kernel MR (a DMA MR: kernel virtual addresses, local access). */
+struct urdma_mr {
+	struct ib_mr ibmr;
+	struct rcu_head rcu;
 };
 
 struct urdma_srq {
@@ -79,11 +110,55 @@ static inline struct urdma_srq *to_urdma_srq(struct ib_srq *ibsrq)
 	return container_of(ibsrq, struct urdma_srq, ibsrq);
 }
 
+/* A message for the NIC, queued on its channel. */
+struct urdma_kmsg {
+	struct list_head list;
+	u32 len;			/* of data, a multiple of 8 */
+	u8 data[] __aligned(8);		/* the message, header first */
+};
+
 extern const struct ib_device_ops urdma_dev_ops;
 
 void urdma_forget_device(struct urdma_dev *dev);
 struct urdma_dev *urdma_get_by_name(const char *name);
+struct urdma_dev *urdma_get_by_netdev(struct net_device *ndev);
 int urdma_nic_register(void);
 void urdma_nic_unregister(void);
+
+/* urdma_chan.c: the channel between the kernel verbs and the NIC. */
+struct urdma_chan *urdma_chan_open(void);
+void urdma_chan_release(struct urdma_chan *chan);
+long urdma_chan_attach(struct urdma_chan *chan, void __user *arg);
+ssize_t urdma_chan_read(struct urdma_chan *chan, bool nonblock,
+			char __user *buf, size_t count);
+ssize_t urdma_chan_write(struct urdma_chan *chan, const char __user *buf,
+			 size_t count);
+__poll_t urdma_chan_poll(struct urdma_chan *chan, struct file *file,
+			 poll_table *wait);
+int urdma_chan_queue(struct urdma_dev *dev, struct urdma_kmsg *m);
+void urdma_chan_device_gone(struct urdma_dev *dev);
+void urdma_chan_lock(void);
+void urdma_chan_unlock(void);
+
+/* urdma_kverbs.c: kernel CQs, QPs, AHs and MRs. */
+int urdma_create_kcq(struct urdma_cq *cq, const struct ib_cq_init_attr *attr);
+void urdma_destroy_kcq(struct urdma_cq *cq);
+int urdma_poll_kcq(struct urdma_cq *cq, int n, struct ib_wc *wc);
+int urdma_notify_kcq(struct urdma_cq *cq, enum ib_cq_notify_flags flags);
+int urdma_create_kqp(struct urdma_dev *dev, struct urdma_qp *qp,
+		     struct ib_qp_init_attr *init);
+void urdma_destroy_kqp(struct urdma_dev *dev, struct urdma_qp *qp);
+void urdma_kqp_state_changed(struct urdma_qp *qp, enum ib_qp_state state);
+int urdma_post_ksend(struct urdma_qp *qp, const struct ib_send_wr *wr,
+		     const struct ib_send_wr **bad_wr);
+int urdma_post_krecv(struct urdma_qp *qp, const struct ib_recv_wr *wr,
+		     const struct ib_recv_wr **bad_wr);
+int urdma_kqp_deliver(struct urdma_dev *dev, const void *msg, u32 len);
+void urdma_kqp_nic_gone(struct urdma_dev *dev);
+int urdma_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
+		    struct ib_udata *udata);
+int urdma_destroy_ah(struct ib_ah *ibah, u32 flags);
+struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access);
+int urdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 
 #endif /* URDMA_H */

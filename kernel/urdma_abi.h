@@ -41,9 +41,104 @@ struct urdma_event {
 	__u32 reserved;
 };
 
+/*
+ * URDMA_IOC_ATTACH: make this open NIC file the channel between the
+ * kernel and the NIC of the urdma device bound to the network interface
+ * @ifindex (in the caller's network namespace). The kernel writes the
+ * device's name into @ibdev. One channel per device; it ends when the file
+ * is closed. Errors: ENODEV (no urdma device on that interface), EBUSY
+ * (the device has a channel, or this file is one), EINVAL.
+ *
+ * On an attached file, read() returns whole messages for the NIC (work
+ * requests of kernel-owned QPs), at least one, blocking unless the file
+ * is non-blocking, and 0 once the device is gone; write() takes whole
+ * messages from the NIC (completions, received datagrams). poll() reports
+ * readability.
+ */
+struct urdma_attach {
+	__u32 ifindex;
+	__u32 reserved;
+	char ibdev[URDMA_IBDEV_NAME_LEN];
+};
+
 #define URDMA_IOC_MAGIC		0xb5
 #define URDMA_IOC_CQ_EVENT	_IOW(URDMA_IOC_MAGIC, 1, struct urdma_cq_event)
 #define URDMA_IOC_EVENT		_IOW(URDMA_IOC_MAGIC, 2, struct urdma_event)
+#define URDMA_IOC_ATTACH	_IOWR(URDMA_IOC_MAGIC, 3, struct urdma_attach)
+
+/*
+ * Every message starts with this header: its type, its whole length in
+ * bytes (a multiple of 8, header and payload included) and the kernel QP
+ * it concerns.
+ */
+struct urdma_msg_hdr {
+	__u16 type;
+	__u16 len;
+	__u32 qpn;
+};
+
+enum urdma_msg_type {
+	URDMA_MSG_UD_SEND = 1,	/* kernel to NIC: struct urdma_msg_ud_send */
+	URDMA_MSG_SEND_DONE = 2,	/* NIC to kernel: struct urdma_msg_send_done */
+	URDMA_MSG_UD_RECV = 3,	/* NIC to kernel: struct urdma_msg_ud_recv */
+};
+
+/* Flags of a datagram. */
+#define URDMA_MSG_F_IMM		(1 << 0)	/* @imm is carried */
+#define URDMA_MSG_F_SOLICITED	(1 << 1)	/* the solicited event bit */
+
+/* The largest payload of a datagram message (the largest RoCE MTU). */
+#define URDMA_MSG_MAX_PAYLOAD	4096
+
+/*
+ * A UD SEND of kernel QP @hdr.qpn, from the GID @sgid to QP @dest_qpn at
+ * @dgid, with @length bytes of payload after this struct. The NIC answers
+ * with a URDMA_MSG_SEND_DONE naming @handle; handles of a QP grow.
+ */
+struct urdma_msg_ud_send {
+	struct urdma_msg_hdr hdr;
+	__u64 handle;
+	__u8 sgid[16];
+	__u8 dgid[16];
+	__u32 dest_qpn;
+	__u32 qkey;
+	__u32 flow_label;
+	__u8 hop_limit;
+	__u8 traffic_class;
+	__u16 flags;
+	__be32 imm;
+	__u32 length;
+};
+
+/*
+ * The NIC carried out every send of QP @hdr.qpn up to @handle; @status
+ * (enum ib_wc_status) is that of the send @handle.
+ */
+struct urdma_msg_send_done {
+	struct urdma_msg_hdr hdr;
+	__u64 handle;
+	__u32 status;
+	__u32 reserved;
+};
+
+/*
+ * A UD SEND received for kernel QP @hdr.qpn from QP @src_qpn, with the
+ * Q_Key @qkey and @length bytes of payload after this struct. @grh holds
+ * the network header as a UD receive buffer starts with it: an IPv6
+ * header, or 20 zero bytes then an IPv4 header, as @network_hdr_type
+ * (enum rdma_network_type) says.
+ */
+struct urdma_msg_ud_recv {
+	struct urdma_msg_hdr hdr;
+	__u8 grh[40];
+	__u32 src_qpn;
+	__u32 network_hdr_type;
+	__u16 flags;
+	__u16 reserved;
+	__be32 imm;
+	__u32 length;
+	__u32 qkey;
+};
 
 /*
  * Driver data of a user create_qp: the QP number the NIC gave the QP

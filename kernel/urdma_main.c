@@ -46,7 +46,7 @@ struct urdma_dev *urdma_get_by_name(const char *name)
 }
 
 /* Find our device bound to @ndev, with a reference, or NULL. */
-static struct urdma_dev *urdma_get_by_netdev(struct net_device *ndev)
+struct urdma_dev *urdma_get_by_netdev(struct net_device *ndev)
 {
 	struct urdma_dev *dev, *found = NULL;
 
@@ -81,6 +81,8 @@ static int urdma_newlink(const char *ibdev_name, struct net_device *ndev)
 	xa_init_flags(&dev->cqs, XA_FLAGS_ALLOC1);
 	xa_init_flags(&dev->qps, XA_FLAGS_ALLOC1);
 	xa_init_flags(&dev->srqs, XA_FLAGS_ALLOC1);
+	xa_init_flags(&dev->kmrs, XA_FLAGS_ALLOC1);
+	spin_lock_init(&dev->kernel_lock);
 	dev_hold(ndev);
 	dev->ndev = ndev;
 

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * The NIC file, /dev/urdma: how the urdma NIC (the userspace agent that
- * runs the engine) raises events on objects the kernel knows. Only root
- * opens it (mode 0600): a process with it can signal any user CQ, QP
- * or SRQ.
+ * runs the engine) raises events on objects the kernel knows, and, once
+ * attached to a device, the channel that carries the work of the device's
+ * kernel QPs (urdma_chan.c). Only root opens it (mode 0600): a process
+ * with it can signal any user CQ, QP or SRQ.
  *
  * An event names the device, the object's number (which the provider
  * got from create_cq, create_qp or create_srq and gave the NIC) and the
@@ -176,16 +177,57 @@ static long urdma_nic_ioctl(struct file *file, unsigned int cmd,
 		return urdma_nic_cq_event_cmd((void __user *)arg);
 	case URDMA_IOC_EVENT:
 		return urdma_nic_event((void __user *)arg);
+	case URDMA_IOC_ATTACH:
+		return urdma_chan_attach(file->private_data, (void __user *)arg);
 	default:
 		return -ENOTTY;
 	}
 }
 
+static int urdma_nic_open(struct inode *inode, struct file *file)
+{
+	struct urdma_chan *chan = urdma_chan_open();
+
+	if (!chan)
+		return -ENOMEM;
+	file->private_data = chan;
+	return stream_open(inode, file);
+}
+
+static int urdma_nic_release(struct inode *inode, struct file *file)
+{
+	urdma_chan_release(file->private_data);
+	return 0;
+}
+
+static ssize_t urdma_nic_read(struct file *file, char __user *buf,
+			      size_t count, loff_t *pos)
+{
+	return urdma_chan_read(file->private_data,
+			       file->f_flags & O_NONBLOCK, buf, count);
+}
+
+static ssize_t urdma_nic_write(struct file *file, const char __user *buf,
+			       size_t count, loff_t *pos)
+{
+	return urdma_chan_write(file->private_data, buf, count);
+}
+
+static __poll_t urdma_nic_poll(struct file *file, poll_table *wait)
+{
+	return urdma_chan_poll(file->private_data, file, wait);
+}
+
 static const struct file_operations urdma_nic_fops = {
 	.owner = THIS_MODULE,
+	.open = urdma_nic_open,
+	.release = urdma_nic_release,
+	.read = urdma_nic_read,
+	.write = urdma_nic_write,
+	.poll = urdma_nic_poll,
 	.unlocked_ioctl = urdma_nic_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
-	.llseek = noop_llseek,
+	.llseek = no_llseek,
 };
 
 static struct miscdevice urdma_nic_dev = {

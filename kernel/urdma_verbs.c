@@ -5,8 +5,8 @@
  * (the userspace engine). User PDs, CQs, QPs and SRQs exist here too,
  * so that the kernel tracks them and the NIC can raise their completion
  * events on the kernel's completion channels (see urdma_nic.c); a user
- * QP records what modify_qp set, for query_qp. The kernel verbs that
- * would create kernel-owned queues refuse with -EOPNOTSUPP.
+ * QP records what modify_qp set, for query_qp. CQs and QPs of kernel
+ * consumers have their queues here (urdma_kverbs.c).
  */
 #include <linux/etherdevice.h>
 #include <rdma/ib_mad.h>
@@ -163,13 +163,14 @@ static int urdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *att
 	struct urdma_dev *dev = to_urdma(ibcq->device);
 	struct urdma_cq *cq = to_urdma_cq(ibcq);
 
-	/* CQs of kernel consumers would need kernel verbs of the NIC. */
-	if (!udata)
-		return -EOPNOTSUPP;
 	if (attr->flags)
 		return -EOPNOTSUPP;
 	if (attr->cqe < 1 || attr->cqe > URDMA_MAX_CQE)
 		return -EINVAL;
+	if (!udata) {
+		ibcq->cqe = attr->cqe;
+		return urdma_create_kcq(cq, attr);
+	}
 	if (udata->outlen < sizeof(struct urdma_create_resp))
 		return -EINVAL;
 
@@ -180,20 +181,29 @@ static int urdma_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *att
 
 static int urdma_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 {
-	urdma_forget_number(&to_urdma(ibcq->device)->cqs,
-			    to_urdma_cq(ibcq)->id);
+	struct urdma_cq *cq = to_urdma_cq(ibcq);
+
+	if (cq->k)
+		urdma_destroy_kcq(cq);
+	urdma_forget_number(&to_urdma(ibcq->device)->cqs, cq->id);
 	return 0;
 }
 
-static int urdma_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc)
+/* A user CQ's completions are in its shared memory, not here. */
+static int urdma_poll_cq(struct ib_cq *ibcq, int num_entries, struct ib_wc *wc)
 {
-	return 0;
+	struct urdma_cq *cq = to_urdma_cq(ibcq);
+
+	return cq->k ? urdma_poll_kcq(cq, num_entries, wc) : 0;
 }
 
 /* User CQs are armed at the NIC, through the CQ's shared memory. */
-static int urdma_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+static int urdma_req_notify_cq(struct ib_cq *ibcq,
+			       enum ib_cq_notify_flags flags)
 {
-	return -EOPNOTSUPP;
+	struct urdma_cq *cq = to_urdma_cq(ibcq);
+
+	return cq->k ? urdma_notify_kcq(cq, flags) : -EOPNOTSUPP;
 }
 
 static int urdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
@@ -204,9 +214,8 @@ static int urdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	struct urdma_create_qp_cmd cmd;
 	int err;
 
-	/* QPs of kernel consumers would need kernel verbs of the NIC. */
 	if (!udata)
-		return -EOPNOTSUPP;
+		return urdma_create_kqp(dev, qp, init);
 	switch (init->qp_type) {
 	case IB_QPT_RC:
 	case IB_QPT_UC:
@@ -251,16 +260,17 @@ static int urdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 	struct urdma_qp *qp = to_urdma_qp(ibqp);
 	struct ib_qp_attr *a = &qp->attr;
 	enum ib_qp_state cur, next;
+	unsigned long flags;
 
-	spin_lock(&qp->lock);
+	spin_lock_irqsave(&qp->lock, flags);
 	cur = (mask & IB_QP_CUR_STATE) ? attr->cur_qp_state : a->qp_state;
 	next = (mask & IB_QP_STATE) ? attr->qp_state : cur;
 	if (!ib_modify_qp_is_ok(cur, next, ibqp->qp_type, mask)) {
-		spin_unlock(&qp->lock);
+		spin_unlock_irqrestore(&qp->lock, flags);
 		return -EINVAL;
 	}
 	if (mask & IB_QP_STATE)
-		a->qp_state = attr->qp_state;
+		WRITE_ONCE(a->qp_state, attr->qp_state);
 	if (mask & IB_QP_ACCESS_FLAGS)
 		a->qp_access_flags = attr->qp_access_flags;
 	if (mask & IB_QP_PKEY_INDEX)
@@ -289,7 +299,9 @@ static int urdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 		a->max_dest_rd_atomic = attr->max_dest_rd_atomic;
 	if (mask & IB_QP_DEST_QPN)
 		a->dest_qp_num = attr->dest_qp_num;
-	spin_unlock(&qp->lock);
+	spin_unlock_irqrestore(&qp->lock, flags);
+	if (qp->k && (mask & IB_QP_STATE))
+		urdma_kqp_state_changed(qp, next);
 	return 0;
 }
 
@@ -297,10 +309,11 @@ static int urdma_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 			  int mask, struct ib_qp_init_attr *init)
 {
 	struct urdma_qp *qp = to_urdma_qp(ibqp);
+	unsigned long flags;
 
-	spin_lock(&qp->lock);
+	spin_lock_irqsave(&qp->lock, flags);
 	*attr = qp->attr;
-	spin_unlock(&qp->lock);
+	spin_unlock_irqrestore(&qp->lock, flags);
 	attr->cur_qp_state = attr->qp_state;
 	attr->path_mig_state = IB_MIG_MIGRATED;
 	attr->cap = qp->cap;
@@ -317,8 +330,11 @@ static int urdma_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 
 static int urdma_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 {
-	urdma_forget_number(&to_urdma(ibqp->device)->qps,
-			    to_urdma_qp(ibqp)->id);
+	struct urdma_qp *qp = to_urdma_qp(ibqp);
+
+	if (qp->k)
+		urdma_destroy_kqp(to_urdma(ibqp->device), qp);
+	urdma_forget_number(&to_urdma(ibqp->device)->qps, qp->id);
 	return 0;
 }
 
@@ -347,23 +363,27 @@ static int urdma_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 	return 0;
 }
 
-static int urdma_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
+/* A user QP's work requests go to the NIC through shared memory. */
+static int urdma_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 			   const struct ib_send_wr **bad_wr)
 {
+	struct urdma_qp *qp = to_urdma_qp(ibqp);
+
+	if (qp->k)
+		return urdma_post_ksend(qp, wr, bad_wr);
 	*bad_wr = wr;
 	return -EOPNOTSUPP;
 }
 
-static int urdma_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
+static int urdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 			   const struct ib_recv_wr **bad_wr)
 {
+	struct urdma_qp *qp = to_urdma_qp(ibqp);
+
+	if (qp->k)
+		return urdma_post_krecv(qp, wr, bad_wr);
 	*bad_wr = wr;
 	return -EOPNOTSUPP;
-}
-
-static struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access)
-{
-	return ERR_PTR(-EOPNOTSUPP);
 }
 
 static struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
@@ -373,16 +393,13 @@ static struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 	return ERR_PTR(-EOPNOTSUPP);
 }
 
-static int urdma_dereg_mr(struct ib_mr *mr, struct ib_udata *udata)
-{
-	return 0;
-}
-
 static void urdma_dealloc_driver(struct ib_device *ibdev)
 {
 	struct urdma_dev *dev = to_urdma(ibdev);
 
+	urdma_chan_device_gone(dev);
 	urdma_forget_device(dev);
+	xa_destroy(&dev->kmrs);
 	xa_destroy(&dev->cqs);
 	xa_destroy(&dev->qps);
 	xa_destroy(&dev->srqs);
@@ -395,6 +412,7 @@ const struct ib_device_ops urdma_dev_ops = {
 
 	.alloc_pd = urdma_alloc_pd,
 	.alloc_ucontext = urdma_alloc_ucontext,
+	.create_ah = urdma_create_ah,
 	.create_cq = urdma_create_cq,
 	.create_qp = urdma_create_qp,
 	.create_srq = urdma_create_srq,
@@ -402,6 +420,7 @@ const struct ib_device_ops urdma_dev_ops = {
 	.dealloc_pd = urdma_dealloc_pd,
 	.dealloc_ucontext = urdma_dealloc_ucontext,
 	.dereg_mr = urdma_dereg_mr,
+	.destroy_ah = urdma_destroy_ah,
 	.destroy_cq = urdma_destroy_cq,
 	.destroy_qp = urdma_destroy_qp,
 	.destroy_srq = urdma_destroy_srq,

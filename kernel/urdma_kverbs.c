@@ -1,0 +1,692 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Kernel verbs of urdma: the queues of CQs and QPs that kernel consumers
+ * own, their address handles and DMA MRs.
+ *
+ * A kernel QP's send goes to the NIC as a message on the device's channel
+ * (urdma_chan.c), its payload copied from the consumer's buffers; the NIC
+ * answers with a completion message. A datagram the NIC received for the
+ * QP comes as a message too and lands in the next posted receive buffer.
+ * Completions wait in the CQ's ring until the consumer polls them.
+ *
+ * The kernel QP served is the GSI QP (QP 1), which the RDMA core's MAD
+ * layer creates on each port and the kernel's connection manager speaks
+ * through. Buffers are addressed as the device's DMA mapping makes them:
+ * a device without a DMA device maps to kernel virtual addresses.
+ */
+#include <linux/slab.h>
+#include <linux/mm.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/ib_mad.h>
+#include "urdma.h"
+#include "urdma_abi.h"
+
+/* A kernel CQ: a ring of work completions. */
+struct urdma_kcq {
+	spinlock_t lock;
+	struct ib_wc *wc;
+	u32 size;		/* entries of wc */
+	u32 head;		/* the oldest completion */
+	u32 count;		/* completions held */
+	u8 notify;		/* armed: IB_CQ_NEXT_COMP, IB_CQ_SOLICITED or 0 */
+	bool overflowed;
+};
+
+/* A send the NIC has not completed yet. */
+struct urdma_ksend {
+	u64 wr_id;
+	u64 handle;
+	u32 byte_len;
+	bool signaled;
+};
+
+/* A posted receive buffer. */
+struct urdma_krecv {
+	u64 wr_id;
+	u32 num_sge;
+	struct ib_sge sge[URDMA_KQP_MAX_SGE];
+};
+
+/* A kernel QP's queues, rings in posting order. */
+struct urdma_kqp {
+	spinlock_t lock;
+	struct urdma_ksend *sq;
+	u32 sq_size, sq_head, sq_count;
+	struct urdma_krecv *rq;
+	u32 rq_size, rq_head, rq_count;
+};
+
+int urdma_create_kcq(struct urdma_cq *cq, const struct ib_cq_init_attr *attr)
+{
+	struct urdma_kcq *k;
+
+	k = kzalloc(sizeof(*k), GFP_KERNEL);
+	if (!k)
+		return -ENOMEM;
+	k->wc = kvcalloc(attr->cqe, sizeof(*k->wc), GFP_KERNEL);
+	if (!k->wc) {
+		kfree(k);
+		return -ENOMEM;
+	}
+	spin_lock_init(&k->lock);
+	k->size = attr->cqe;
+	cq->k = k;
+	return 0;
+}
+
+void urdma_destroy_kcq(struct urdma_cq *cq)
+{
+	kvfree(cq->k->wc);
+	kfree(cq->k);
+	cq->k = NULL;
+}
+
+/* Queue @wc on @cq, then run its completion handler if it was armed. */
+static void urdma_kcq_push(struct urdma_cq *cq, const struct ib_wc *wc,
+			   bool solicited)
+{
+	struct urdma_kcq *k = cq->k;
+	bool fire = false, overflow = false;
+	unsigned long flags;
+
+	if (!k)
+		return;
+	spin_lock_irqsave(&k->lock, flags);
+	if (k->count == k->size) {
+		overflow = !k->overflowed;
+		k->overflowed = true;
+	} else {
+		k->wc[(k->head + k->count) % k->size] = *wc;
+		k->count++;
+		if (k->notify == IB_CQ_NEXT_COMP ||
+		    (k->notify == IB_CQ_SOLICITED &&
+		     (solicited || wc->status != IB_WC_SUCCESS))) {
+			k->notify = 0;
+			fire = true;
+		}
+	}
+	spin_unlock_irqrestore(&k->lock, flags);
+
+	if (fire && cq->ibcq.comp_handler)
+		cq->ibcq.comp_handler(&cq->ibcq, cq->ibcq.cq_context);
+	if (overflow && cq->ibcq.event_handler) {
+		struct ib_event ev = {
+			.device = cq->ibcq.device,
+			.event = IB_EVENT_CQ_ERR,
+			.element.cq = &cq->ibcq,
+		};
+
+		cq->ibcq.event_handler(&ev, cq->ibcq.cq_context);
+	}
+}
+
+int urdma_poll_kcq(struct urdma_cq *cq, int n, struct ib_wc *wc)
+{
+	struct urdma_kcq *k = cq->k;
+	unsigned long flags;
+	int i = 0;
+
+	spin_lock_irqsave(&k->lock, flags);
+	while (i < n && k->count) {
+		wc[i++] = k->wc[k->head];
+		k->head = (k->head + 1) % k->size;
+		k->count--;
+	}
+	spin_unlock_irqrestore(&k->lock, flags);
+	return i;
+}
+
+int urdma_notify_kcq(struct urdma_cq *cq, enum ib_cq_notify_flags flags)
+{
+	struct urdma_kcq *k = cq->k;
+	unsigned long irq;
+	int missed = 0;
+
+	spin_lock_irqsave(&k->lock, irq);
+	/* Armed for every completion stays so when asked for solicited. */
+	if (k->notify != IB_CQ_NEXT_COMP)
+		k->notify = flags & IB_CQ_SOLICITED_MASK;
+	if ((flags & IB_CQ_REPORT_MISSED_EVENTS) && k->count)
+		missed = 1;
+	spin_unlock_irqrestore(&k->lock, irq);
+	return missed;
+}
+
+int urdma_create_kqp(struct urdma_dev *dev, struct urdma_qp *qp,
+		     struct ib_qp_init_attr *init)
+{
+	struct ib_qp_cap *cap = &init->cap;
+	struct urdma_kqp *k;
+	int err = 0;
+
+	if (init->qp_type != IB_QPT_GSI || init->port_num != 1)
+		return -EOPNOTSUPP;
+	if (init->create_flags || init->srq)
+		return -EOPNOTSUPP;
+	if (!to_urdma_cq(init->send_cq)->k || !to_urdma_cq(init->recv_cq)->k)
+		return -EINVAL;
+	if (!cap->max_send_wr || cap->max_send_wr > URDMA_MAX_QP_WR ||
+	    !cap->max_recv_wr || cap->max_recv_wr > URDMA_MAX_QP_WR ||
+	    cap->max_send_sge > URDMA_KQP_MAX_SGE ||
+	    cap->max_recv_sge > URDMA_KQP_MAX_SGE || cap->max_inline_data)
+		return -EINVAL;
+
+	k = kzalloc(sizeof(*k), GFP_KERNEL);
+	if (!k)
+		return -ENOMEM;
+	spin_lock_init(&k->lock);
+	k->sq_size = cap->max_send_wr;
+	k->rq_size = cap->max_recv_wr;
+	k->sq = kvcalloc(k->sq_size, sizeof(*k->sq), GFP_KERNEL);
+	k->rq = kvcalloc(k->rq_size, sizeof(*k->rq), GFP_KERNEL);
+	if (!k->sq || !k->rq) {
+		err = -ENOMEM;
+		goto err_free;
+	}
+
+	spin_lock_init(&qp->lock);
+	qp->attr.qp_state = IB_QPS_RESET;
+	qp->cap = *cap;
+	qp->sq_sig_type = init->sq_sig_type;
+	qp->ibqp.qp_num = 1;
+	qp->k = k;
+
+	spin_lock_irq(&dev->kernel_lock);
+	if (dev->gsi)
+		err = -EBUSY;
+	else
+		dev->gsi = qp;
+	spin_unlock_irq(&dev->kernel_lock);
+	if (!err)
+		return 0;
+	qp->k = NULL;
+err_free:
+	kvfree(k->sq);
+	kvfree(k->rq);
+	kfree(k);
+	return err;
+}
+
+/*
+ * Messages from the NIC reach a kernel QP under the channel lock: taking
+ * it here waits for any delivery to the QP to end.
+ */
+void urdma_destroy_kqp(struct urdma_dev *dev, struct urdma_qp *qp)
+{
+	struct urdma_kqp *k = qp->k;
+
+	urdma_chan_lock();
+	spin_lock_irq(&dev->kernel_lock);
+	if (dev->gsi == qp)
+		dev->gsi = NULL;
+	spin_unlock_irq(&dev->kernel_lock);
+	urdma_chan_unlock();
+
+	qp->k = NULL;
+	kvfree(k->sq);
+	kvfree(k->rq);
+	kfree(k);
+}
+
+/*
+ * Complete the oldest send of @qp if its handle is at most @upto: with
+ * @status if it is the send @handle (or @handle is 0), else successfully.
+ * False if there is none.
+ */
+static bool urdma_kqp_complete_send(struct urdma_qp *qp, u64 upto,
+				    u64 handle, enum ib_wc_status status)
+{
+	struct urdma_kqp *k = qp->k;
+	struct urdma_ksend s;
+	unsigned long flags;
+	struct ib_wc wc = {};
+
+	spin_lock_irqsave(&k->lock, flags);
+	if (!k->sq_count || k->sq[k->sq_head].handle > upto) {
+		spin_unlock_irqrestore(&k->lock, flags);
+		return false;
+	}
+	s = k->sq[k->sq_head];
+	k->sq_head = (k->sq_head + 1) % k->sq_size;
+	k->sq_count--;
+	spin_unlock_irqrestore(&k->lock, flags);
+
+	if (handle && s.handle != handle)
+		status = IB_WC_SUCCESS;
+	if (!s.signaled && status == IB_WC_SUCCESS)
+		return true;
+	wc.wr_id = s.wr_id;
+	wc.status = status;
+	wc.opcode = IB_WC_SEND;
+	wc.byte_len = s.byte_len;
+	wc.qp = &qp->ibqp;
+	wc.port_num = 1;
+	urdma_kcq_push(to_urdma_cq(qp->ibqp.send_cq), &wc, false);
+	return true;
+}
+
+/* The NIC carried out the sends of @qp up to @handle. */
+static void urdma_kqp_send_done(struct urdma_qp *qp, u64 handle, u32 status)
+{
+	if (status > IB_WC_GENERAL_ERR)
+		status = IB_WC_GENERAL_ERR;
+	while (urdma_kqp_complete_send(qp, handle, handle, status))
+		;
+}
+
+/* Complete every outstanding send of @qp with @status. */
+static void urdma_kqp_fail_sends(struct urdma_qp *qp, enum ib_wc_status status)
+{
+	while (urdma_kqp_complete_send(qp, U64_MAX, 0, status))
+		;
+}
+
+/* Return every posted receive buffer of @qp with @status. */
+static void urdma_kqp_flush_recvs(struct urdma_qp *qp, enum ib_wc_status status)
+{
+	struct urdma_kqp *k = qp->k;
+	struct ib_wc wc = {};
+	unsigned long flags;
+
+	for (;;) {
+		spin_lock_irqsave(&k->lock, flags);
+		if (!k->rq_count) {
+			spin_unlock_irqrestore(&k->lock, flags);
+			return;
+		}
+		wc.wr_id = k->rq[k->rq_head].wr_id;
+		k->rq_head = (k->rq_head + 1) % k->rq_size;
+		k->rq_count--;
+		spin_unlock_irqrestore(&k->lock, flags);
+
+		wc.status = status;
+		wc.opcode = IB_WC_RECV;
+		wc.qp = &qp->ibqp;
+		wc.port_num = 1;
+		urdma_kcq_push(to_urdma_cq(qp->ibqp.recv_cq), &wc, false);
+	}
+}
+
+/*
+ * After a modify_qp: a QP in the error state flushes its work requests;
+ * a reset QP forgets them.
+ */
+void urdma_kqp_state_changed(struct urdma_qp *qp, enum ib_qp_state state)
+{
+	struct urdma_kqp *k = qp->k;
+	unsigned long flags;
+
+	if (state == IB_QPS_ERR) {
+		urdma_kqp_fail_sends(qp, IB_WC_WR_FLUSH_ERR);
+		urdma_kqp_flush_recvs(qp, IB_WC_WR_FLUSH_ERR);
+	} else if (state == IB_QPS_RESET) {
+		spin_lock_irqsave(&k->lock, flags);
+		k->sq_head = k->sq_count = 0;
+		k->rq_head = k->rq_count = 0;
+		spin_unlock_irqrestore(&k->lock, flags);
+	}
+}
+
+/* True if @lkey is a DMA MR of @qp's protection domain. */
+static bool urdma_lkey_ok(struct urdma_qp *qp, u32 lkey)
+{
+	struct urdma_dev *dev = to_urdma(qp->ibqp.device);
+	struct urdma_mr *mr;
+	bool ok;
+
+	rcu_read_lock();
+	mr = xa_load(&dev->kmrs, lkey >> 8);
+	ok = mr && mr->ibmr.lkey == lkey && mr->ibmr.pd == qp->ibqp.pd;
+	rcu_read_unlock();
+	return ok;
+}
+
+static struct urdma_kmsg *urdma_kmsg_alloc(u32 len)
+{
+	struct urdma_kmsg *m;
+
+	m = kzalloc(sizeof(*m) + len, GFP_ATOMIC);
+	if (m)
+		m->len = len;
+	return m;
+}
+
+/* Post one UD send of @qp: hand it to the NIC. */
+static int urdma_ksend_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
+{
+	struct urdma_dev *dev = to_urdma(qp->ibqp.device);
+	const struct ib_ud_wr *ud = ud_wr(wr);
+	struct urdma_kqp *k = qp->k;
+	struct urdma_msg_ud_send *m;
+	struct urdma_ksend *s;
+	struct urdma_kmsg *km;
+	struct urdma_ah *ah;
+	unsigned long flags;
+	u32 len = 0, i;
+	u64 handle;
+	u8 *p;
+	int err;
+
+	if (wr->opcode != IB_WR_SEND && wr->opcode != IB_WR_SEND_WITH_IMM)
+		return -EINVAL;
+	if (wr->num_sge < 0 || wr->num_sge > qp->cap.max_send_sge || !ud->ah)
+		return -EINVAL;
+	if (READ_ONCE(qp->attr.qp_state) != IB_QPS_RTS)
+		return -EINVAL;
+	for (i = 0; i < wr->num_sge; i++) {
+		if (!urdma_lkey_ok(qp, wr->sg_list[i].lkey))
+			return -EINVAL;
+		if (wr->sg_list[i].length > URDMA_MSG_MAX_PAYLOAD - len)
+			return -EMSGSIZE;
+		len += wr->sg_list[i].length;
+	}
+
+	km = urdma_kmsg_alloc(ALIGN(sizeof(*m) + len, 8));
+	if (!km)
+		return -ENOMEM;
+	ah = to_urdma_ah(ud->ah);
+	m = (struct urdma_msg_ud_send *)km->data;
+	m->hdr.type = URDMA_MSG_UD_SEND;
+	m->hdr.len = km->len;
+	m->hdr.qpn = qp->ibqp.qp_num;
+	memcpy(m->sgid, ah->sgid, sizeof(m->sgid));
+	memcpy(m->dgid, ah->dgid, sizeof(m->dgid));
+	m->dest_qpn = ud->remote_qpn;
+	m->qkey = ud->remote_qkey;
+	m->flow_label = ah->flow_label;
+	m->hop_limit = ah->hop_limit;
+	m->traffic_class = ah->traffic_class;
+	if (wr->opcode == IB_WR_SEND_WITH_IMM) {
+		m->flags |= URDMA_MSG_F_IMM;
+		m->imm = wr->ex.imm_data;
+	}
+	if (wr->send_flags & IB_SEND_SOLICITED)
+		m->flags |= URDMA_MSG_F_SOLICITED;
+	m->length = len;
+	p = (u8 *)(m + 1);
+	for (i = 0; i < wr->num_sge; i++) {
+		memcpy(p, (void *)(uintptr_t)wr->sg_list[i].addr,
+		       wr->sg_list[i].length);
+		p += wr->sg_list[i].length;
+	}
+
+	spin_lock_irqsave(&k->lock, flags);
+	if (k->sq_count == k->sq_size) {
+		spin_unlock_irqrestore(&k->lock, flags);
+		kfree(km);
+		return -ENOMEM;
+	}
+	handle = atomic64_inc_return(&dev->next_handle);
+	m->handle = handle;
+	s = &k->sq[(k->sq_head + k->sq_count) % k->sq_size];
+	s->wr_id = wr->wr_id;
+	s->handle = handle;
+	s->byte_len = len;
+	s->signaled = qp->sq_sig_type == IB_SIGNAL_ALL_WR ||
+		      (wr->send_flags & IB_SEND_SIGNALED);
+	k->sq_count++;
+	/* Queued under the QP's lock: the NIC sees sends in handle order. */
+	err = urdma_chan_queue(dev, km);
+	spin_unlock_irqrestore(&k->lock, flags);
+	if (err) {
+		/* No NIC serves the device: the send fails. */
+		kfree(km);
+		urdma_kqp_send_done(qp, handle, IB_WC_GENERAL_ERR);
+	}
+	return 0;
+}
+
+int urdma_post_ksend(struct urdma_qp *qp, const struct ib_send_wr *wr,
+		     const struct ib_send_wr **bad_wr)
+{
+	int err = 0;
+
+	for (; wr; wr = wr->next) {
+		err = urdma_ksend_one(qp, wr);
+		if (err) {
+			*bad_wr = wr;
+			break;
+		}
+	}
+	return err;
+}
+
+static int urdma_krecv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
+{
+	struct urdma_kqp *k = qp->k;
+	struct urdma_krecv *r;
+	enum ib_qp_state state = READ_ONCE(qp->attr.qp_state);
+	unsigned long flags;
+	int i;
+
+	if (wr->num_sge < 0 || wr->num_sge > qp->cap.max_recv_sge)
+		return -EINVAL;
+	if (state == IB_QPS_RESET)
+		return -EINVAL;
+	for (i = 0; i < wr->num_sge; i++)
+		if (!urdma_lkey_ok(qp, wr->sg_list[i].lkey))
+			return -EINVAL;
+
+	spin_lock_irqsave(&k->lock, flags);
+	if (k->rq_count == k->rq_size) {
+		spin_unlock_irqrestore(&k->lock, flags);
+		return -ENOMEM;
+	}
+	r = &k->rq[(k->rq_head + k->rq_count) % k->rq_size];
+	r->wr_id = wr->wr_id;
+	r->num_sge = wr->num_sge;
+	memcpy(r->sge, wr->sg_list, wr->num_sge * sizeof(r->sge[0]));
+	k->rq_count++;
+	spin_unlock_irqrestore(&k->lock, flags);
+
+	if (state == IB_QPS_ERR)
+		urdma_kqp_flush_recvs(qp, IB_WC_WR_FLUSH_ERR);
+	return 0;
+}
+
+int urdma_post_krecv(struct urdma_qp *qp, const struct ib_recv_wr *wr,
+		     const struct ib_recv_wr **bad_wr)
+{
+	int err = 0;
+
+	for (; wr; wr = wr->next) {
+		err = urdma_krecv_one(qp, wr);
+		if (err) {
+			*bad_wr = wr;
+			break;
+		}
+	}
+	return err;
+}
+
+/* Copy @len bytes of @src into the buffers of @sge from byte @off on. */
+static void urdma_copy_to_sges(const struct ib_sge *sge, u32 n, u32 off,
+			       const u8 *src, u32 len)
+{
+	u32 i, c;
+
+	for (i = 0; i < n && len; i++) {
+		if (off >= sge[i].length) {
+			off -= sge[i].length;
+			continue;
+		}
+		c = min(sge[i].length - off, len);
+		memcpy((void *)(uintptr_t)(sge[i].addr + off), src, c);
+		src += c;
+		len -= c;
+		off = 0;
+	}
+}
+
+/* A datagram for @qp: into its next receive buffer, else dropped. */
+static void urdma_kqp_recv(struct urdma_qp *qp,
+			   const struct urdma_msg_ud_recv *m)
+{
+	enum ib_qp_state state = READ_ONCE(qp->attr.qp_state);
+	struct urdma_kqp *k = qp->k;
+	struct ib_wc wc = {};
+	struct urdma_krecv r;
+	unsigned long flags;
+	u32 room = 0, i, total;
+
+	if (state != IB_QPS_RTR && state != IB_QPS_RTS)
+		return;
+	if (m->qkey != IB_QP1_QKEY)
+		return;
+	spin_lock_irqsave(&k->lock, flags);
+	if (!k->rq_count) {
+		spin_unlock_irqrestore(&k->lock, flags);
+		return;
+	}
+	r = k->rq[k->rq_head];
+	k->rq_head = (k->rq_head + 1) % k->rq_size;
+	k->rq_count--;
+	spin_unlock_irqrestore(&k->lock, flags);
+
+	total = sizeof(m->grh) + m->length;
+	for (i = 0; i < r.num_sge; i++)
+		room += r.sge[i].length;
+	wc.status = IB_WC_SUCCESS;
+	if (room < total) {
+		wc.status = IB_WC_LOC_LEN_ERR;
+	} else {
+		urdma_copy_to_sges(r.sge, r.num_sge, 0, m->grh, sizeof(m->grh));
+		urdma_copy_to_sges(r.sge, r.num_sge, sizeof(m->grh),
+				   (const u8 *)(m + 1), m->length);
+	}
+	wc.wr_id = r.wr_id;
+	wc.opcode = IB_WC_RECV;
+	wc.byte_len = total;
+	wc.qp = &qp->ibqp;
+	wc.src_qp = m->src_qpn & 0xffffff;
+	wc.wc_flags = IB_WC_GRH | IB_WC_WITH_NETWORK_HDR_TYPE;
+	wc.network_hdr_type = m->network_hdr_type;
+	if (m->flags & URDMA_MSG_F_IMM) {
+		wc.wc_flags |= IB_WC_WITH_IMM;
+		wc.ex.imm_data = m->imm;
+	}
+	wc.pkey_index = 0;
+	wc.port_num = 1;
+	urdma_kcq_push(to_urdma_cq(qp->ibqp.recv_cq), &wc,
+		       m->flags & URDMA_MSG_F_SOLICITED);
+}
+
+/*
+ * A message from the NIC: checked, then handed to its kernel QP. A
+ * message for a QP that is gone is dropped. Runs under the channel lock.
+ */
+int urdma_kqp_deliver(struct urdma_dev *dev, const void *msg, u32 len)
+{
+	const struct urdma_msg_hdr *hdr = msg;
+	struct urdma_qp *qp;
+
+	switch (hdr->type) {
+	case URDMA_MSG_SEND_DONE:
+		if (len < sizeof(struct urdma_msg_send_done))
+			return -EINVAL;
+		break;
+	case URDMA_MSG_UD_RECV: {
+		const struct urdma_msg_ud_recv *m = msg;
+
+		if (len < sizeof(*m) || m->length > URDMA_MSG_MAX_PAYLOAD ||
+		    m->length > len - sizeof(*m))
+			return -EINVAL;
+		if (m->network_hdr_type != RDMA_NETWORK_IPV4 &&
+		    m->network_hdr_type != RDMA_NETWORK_IPV6)
+			return -EINVAL;
+		break;
+	}
+	default:
+		return -EINVAL;
+	}
+
+	spin_lock_irq(&dev->kernel_lock);
+	qp = hdr->qpn == 1 ? dev->gsi : NULL;
+	spin_unlock_irq(&dev->kernel_lock);
+	if (!qp)
+		return 0;
+	if (hdr->type == URDMA_MSG_SEND_DONE) {
+		const struct urdma_msg_send_done *d = msg;
+
+		urdma_kqp_send_done(qp, d->handle, d->status);
+	} else {
+		urdma_kqp_recv(qp, msg);
+	}
+	return 0;
+}
+
+/* The NIC left: the sends it had not completed fail. Channel lock held. */
+void urdma_kqp_nic_gone(struct urdma_dev *dev)
+{
+	struct urdma_qp *qp;
+
+	spin_lock_irq(&dev->kernel_lock);
+	qp = dev->gsi;
+	spin_unlock_irq(&dev->kernel_lock);
+	if (qp)
+		urdma_kqp_fail_sends(qp, IB_WC_GENERAL_ERR);
+}
+
+/* Only RoCE v2 paths (a GRH with a RoCE v2 source GID) are served. */
+int urdma_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
+		    struct ib_udata *udata)
+{
+	const struct rdma_ah_attr *attr = init->ah_attr;
+	struct urdma_ah *ah = to_urdma_ah(ibah);
+	const struct ib_global_route *grh;
+
+	if (!(rdma_ah_get_ah_flags(attr) & IB_AH_GRH))
+		return -EINVAL;
+	grh = rdma_ah_read_grh(attr);
+	if (!grh->sgid_attr ||
+	    grh->sgid_attr->gid_type != IB_GID_TYPE_ROCE_UDP_ENCAP)
+		return -EINVAL;
+	memcpy(ah->sgid, grh->sgid_attr->gid.raw, sizeof(ah->sgid));
+	memcpy(ah->dgid, grh->dgid.raw, sizeof(ah->dgid));
+	ah->flow_label = grh->flow_label;
+	ah->hop_limit = grh->hop_limit;
+	ah->traffic_class = grh->traffic_class;
+	return 0;
+}
+
+int urdma_destroy_ah(struct ib_ah *ibah, u32 flags)
+{
+	return 0;
+}
+
+/*
+ * A DMA MR: the kernel's own memory by virtual address, for local access
+ * only (remote access to all of memory is not offered).
+ */
+struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access)
+{
+	struct urdma_dev *dev = to_urdma(pd->device);
+	struct urdma_mr *mr;
+	u32 id;
+	int err;
+
+	if (access & ~IB_ACCESS_LOCAL_WRITE)
+		return ERR_PTR(-EOPNOTSUPP);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	err = xa_alloc_cyclic(&dev->kmrs, &id, mr, XA_LIMIT(1, 0xffffff),
+			      &dev->next_kmr, GFP_KERNEL);
+	if (err < 0) {
+		kfree(mr);
+		return ERR_PTR(err);
+	}
+	mr->ibmr.lkey = id << 8;
+	mr->ibmr.rkey = id << 8;
+	return &mr->ibmr;
+}
+
+int urdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
+{
+	struct urdma_dev *dev = to_urdma(ibmr->device);
+	struct urdma_mr *mr = container_of(ibmr, struct urdma_mr, ibmr);
+
+	xa_erase(&dev->kmrs, ibmr->lkey >> 8);
+	kfree_rcu(mr, rcu);
+	return 0;
+}
