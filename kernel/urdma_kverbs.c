@@ -392,7 +392,9 @@ static int urdma_ksend_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 	memcpy(m->sgid, ah->sgid, sizeof(m->sgid));
 	memcpy(m->dgid, ah->dgid, sizeof(m->dgid));
 	m->dest_qpn = ud->remote_qpn;
-	m->qkey = ud->remote_qkey;
+	/* A Q_Key with the high bit set means the QP's own (IBTA 10.2.5). */
+	m->qkey = (ud->remote_qkey & 0x80000000) ? READ_ONCE(qp->attr.qkey) :
+						    ud->remote_qkey;
 	m->flow_label = ah->flow_label;
 	m->hop_limit = ah->hop_limit;
 	m->traffic_class = ah->traffic_class;

@@ -255,6 +255,35 @@ impl Cm {
         }
     }
 
+    /// Whether `mad` is for this CM: a REQ for a service it listens on, or
+    /// a repeat of a REQ it took, or a message naming one of its
+    /// connections. SIDR is not served here.
+    pub fn claims(&self, mad: &CmMad) -> bool {
+        let ours = |id: u32| self.conns.contains_key(&id);
+        let theirs = |id: u32, guid: Option<u64>| {
+            self.conns.values().any(|c| {
+                c.role == Role::Passive
+                    && c.remote_comm_id == id
+                    && guid.is_none_or(|g| g == c.remote_guid)
+            })
+        };
+        match &mad.msg {
+            CmMessage::Req(r) => {
+                self.listeners.contains(&r.service_id) || theirs(r.local_comm_id, Some(r.local_ca_guid))
+            }
+            // A withdrawn REQ names only the requester's ID.
+            CmMessage::Rej(m) => {
+                ours(m.remote_comm_id) || (m.remote_comm_id == 0 && theirs(m.local_comm_id, None))
+            }
+            CmMessage::Mra(m) => ours(m.remote_comm_id),
+            CmMessage::Rep(m) => ours(m.remote_comm_id),
+            CmMessage::Rtu(m) => ours(m.remote_comm_id),
+            CmMessage::Dreq(m) => ours(m.remote_comm_id),
+            CmMessage::Drep(m) => ours(m.remote_comm_id),
+            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => false,
+        }
+    }
+
     /// Set the packet lifetime code (5 bits) used in response timeouts.
     pub fn set_packet_lifetime(&mut self, code: u8) {
         self.packet_lifetime = code.min(31);

@@ -1,14 +1,61 @@
 //! QP 1, the general services interface: CM MADs in UD SENDs with the
 //! Q_Key 0x80010000 and the default P_Key, to and from the device's
 //! communication manager ([`crate::cm::Cm`]).
+//!
+//! When the kernel has a QP 1 on the device (the kernel driver's GSI QP,
+//! see [`crate::nic::kernel_chan`]), the datagrams for QP 1 that this CM
+//! does not claim go to the kernel, and the kernel's sends leave from
+//! QP 1 here.
 
 use super::counters::{Counter, Counters};
 use super::tx::{self, PayloadSrc};
 use super::Engine;
 use crate::cm::{Cm, CmEvent};
-use std::net::SocketAddr;
+use crate::types::WcStatus;
+use std::net::{IpAddr, SocketAddr};
 use urdma_wire::cm::{CmMad, GSI_QKEY, GSI_QPN, MAD_LEN};
 use urdma_wire::{Bth, Deth, Opcode, Packet, PacketRepr, DEFAULT_PKEY};
+
+/// The largest UD payload (the largest RoCE MTU).
+const MAX_UD_PAYLOAD: usize = 4096;
+
+/// A datagram received for the kernel's QP 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GsiDatagram {
+    /// The GRH area of a UD receive buffer (the IP header it came with).
+    pub grh: [u8; urdma_wire::GRH_LEN],
+    /// Whether `grh` holds an IPv6 header (else IPv4).
+    pub ipv6: bool,
+    /// The sending QP.
+    pub src_qpn: u32,
+    /// The Q_Key the datagram carried.
+    pub qkey: u32,
+    /// Immediate data, if any.
+    pub imm: Option<u32>,
+    /// The solicited event bit.
+    pub solicited: bool,
+    /// The payload (a MAD).
+    pub payload: Vec<u8>,
+}
+
+/// A UD SEND of the kernel's QP 1.
+#[derive(Debug, Clone, Copy)]
+pub struct GsiSend<'a> {
+    /// The source address (must be this device's).
+    pub src: IpAddr,
+    /// The destination address.
+    pub dst: IpAddr,
+    /// The destination QP.
+    pub dest_qpn: u32,
+    /// The Q_Key to send.
+    pub qkey: u32,
+    /// Immediate data, if any.
+    pub imm: Option<u32>,
+    /// The solicited event bit.
+    pub solicited: bool,
+    /// The payload.
+    pub payload: &'a [u8],
+}
 
 /// Why a packet for QP 1 was not taken.
 fn refuse(pkt: &Packet<'_>) -> Option<&'static str> {
@@ -33,7 +80,11 @@ impl Engine {
             tracing::debug!(%src, why, "QP 1 packet dropped");
             return;
         }
-        let mad = match CmMad::parse(pkt.payload) {
+        let parsed = CmMad::parse(pkt.payload);
+        if self.kernel_gsi.is_some() && !parsed.as_ref().is_ok_and(|m| self.cm.claims(m)) {
+            return self.to_kernel_gsi(src, pkt);
+        }
+        let mad = match parsed {
             Ok(m) => m,
             Err(e) => {
                 self.counters.add(Counter::Dropped, 1);
@@ -65,21 +116,90 @@ impl Engine {
     pub(super) fn flush_cm(&mut self, now: u64) {
         let out: Vec<_> = self.cm.drain_tx().collect();
         for o in out {
-            let psn = self.gsi_psn;
-            self.gsi_psn = urdma_wire::PSN_MASK & psn.wrapping_add(1);
-            let mut repr = PacketRepr::new(Bth::new(Opcode::UdSendOnly, GSI_QPN, psn));
-            repr.deth = Some(Deth {
-                qkey: GSI_QKEY,
-                src_qp: GSI_QPN,
-            });
             let payload: [u8; MAD_LEN] = o.mad.emit();
-            // QP 1 keeps no counters of its own: the device's count it.
-            let mut qp1 = Counters::default();
-            let (_, mut cx) = self.split(now);
-            if tx::send(&mut cx, &mut qp1, o.to, &repr, PayloadSrc::Bytes(&payload)).is_err() {
+            if self
+                .send_from_qp1(now, o.to, GSI_QPN, GSI_QKEY, None, false, &payload)
+                .is_err()
+            {
                 tracing::warn!(to = %o.to, "CM MAD not sent");
             }
         }
+    }
+
+    /// Queue a UD SEND from QP 1.
+    #[allow(clippy::too_many_arguments)]
+    fn send_from_qp1(
+        &mut self,
+        now: u64,
+        to: SocketAddr,
+        dest_qpn: u32,
+        qkey: u32,
+        imm: Option<u32>,
+        solicited: bool,
+        payload: &[u8],
+    ) -> Result<(), tx::PayloadError> {
+        let psn = self.gsi_psn;
+        self.gsi_psn = urdma_wire::PSN_MASK & psn.wrapping_add(1);
+        let op = match imm {
+            Some(_) => Opcode::UdSendOnlyImm,
+            None => Opcode::UdSendOnly,
+        };
+        let mut repr = PacketRepr::new(Bth::new(op, dest_qpn, psn));
+        repr.bth.solicited = solicited;
+        repr.deth = Some(Deth {
+            qkey,
+            src_qp: GSI_QPN,
+        });
+        repr.immdt = imm;
+        // QP 1 keeps no counters of its own: the device's count it.
+        let mut qp1 = Counters::default();
+        let (_, mut cx) = self.split(now);
+        tx::send(&mut cx, &mut qp1, to, &repr, PayloadSrc::Bytes(payload)).map(drop)
+    }
+
+    /// Whether the kernel has a QP 1 on this device (the kernel driver's
+    /// channel is attached): datagrams the CM does not claim go there.
+    pub fn set_kernel_gsi(&mut self, attached: bool) {
+        self.kernel_gsi = attached.then(Vec::new);
+    }
+
+    /// Take the datagrams received for the kernel's QP 1.
+    pub fn take_kernel_gsi(&mut self) -> Vec<GsiDatagram> {
+        self.kernel_gsi.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn to_kernel_gsi(&mut self, src: SocketAddr, pkt: &Packet<'_>) {
+        let Some(queue) = self.kernel_gsi.as_mut() else {
+            return;
+        };
+        let grh = super::responder::received_grh(src, self.local, pkt);
+        queue.push(GsiDatagram {
+            grh,
+            // An IPv4 area starts with 20 zero bytes.
+            ipv6: grh[0] >> 4 == 6,
+            src_qpn: pkt.repr.deth.map_or(0, |d| d.src_qp),
+            qkey: pkt.repr.deth.map_or(0, |d| d.qkey),
+            imm: pkt.repr.immdt,
+            solicited: pkt.repr.bth.solicited,
+            payload: pkt.payload.to_vec(),
+        });
+    }
+
+    /// Carry out a UD SEND of the kernel's QP 1 at `now`; the error is the
+    /// status of its completion.
+    pub fn send_gsi(&mut self, now: u64, s: &GsiSend<'_>) -> Result<(), WcStatus> {
+        if s.src != self.local.ip() || s.dest_qpn > urdma_wire::QPN_MASK {
+            return Err(WcStatus::LocQpOpErr);
+        }
+        if s.payload.len() > MAX_UD_PAYLOAD {
+            return Err(WcStatus::LocLenErr);
+        }
+        let to = SocketAddr::new(s.dst, self.local.port());
+        self.send_from_qp1(now, to, s.dest_qpn, s.qkey, s.imm, s.solicited, s.payload)
+            .map_err(|e| {
+                tracing::debug!(%to, error = ?e, "kernel QP 1 send failed");
+                WcStatus::GeneralErr
+            })
     }
 }
 

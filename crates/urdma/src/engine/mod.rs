@@ -8,6 +8,7 @@ mod completer;
 mod counters;
 pub mod cwnd;
 mod gsi;
+pub use gsi::{GsiDatagram, GsiSend};
 mod ident;
 mod objects;
 pub(crate) mod psn;
@@ -147,6 +148,8 @@ pub struct Engine {
     cm: crate::cm::Cm,
     /// PSN of QP 1's next packet.
     gsi_psn: u32,
+    /// Datagrams for the kernel's QP 1, when the kernel has one.
+    kernel_gsi: Option<Vec<gsi::GsiDatagram>>,
 }
 
 impl Engine {
@@ -179,6 +182,7 @@ impl Engine {
             idents: ident::SenderIdents::default(),
             cm,
             gsi_psn,
+            kernel_gsi: None,
         }
     }
 

@@ -7,7 +7,7 @@ pub use super::events::EventNotifier;
 use super::events::EventQueue;
 use super::stats;
 use crate::engine::command::Request;
-use crate::engine::{Counter, Engine};
+use crate::engine::{Counter, Engine, GsiDatagram};
 use crate::types::AsyncEvent;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,7 +40,12 @@ pub struct UdpDriver {
     holders: Mutex<Option<Holders>>,
     /// The holders changed since the counters were last published.
     holders_changed: AtomicBool,
+    /// Where datagrams for the kernel's QP 1 go.
+    kernel_gsi_sink: Mutex<Option<GsiSink>>,
 }
+
+/// Takes datagrams for the kernel's QP 1 (see [`UdpDriver::set_kernel_gsi_sink`]).
+pub type GsiSink = Box<dyn Fn(Vec<GsiDatagram>) + Send + Sync>;
 
 /// Reports, for the published counters, what each process holds.
 pub type Holders = Box<dyn Fn() -> Vec<stats::ProcessStats> + Send + Sync>;
@@ -121,6 +126,7 @@ impl UdpDriver {
             captures: Mutex::new(Vec::new()),
             holders: Mutex::new(None),
             holders_changed: AtomicBool::new(false),
+            kernel_gsi_sink: Mutex::new(None),
         }))
     }
 
@@ -162,6 +168,7 @@ impl UdpDriver {
     /// datagrams (in engine order, see `send_order`).
     fn flush(&self, mut eng: MutexGuard<'_, Engine>) {
         let out: Vec<_> = eng.drain_tx().collect();
+        let for_kernel = eng.take_kernel_gsi();
         self.events.push(eng.take_events());
         self.cm_events.push(eng.take_cm_events());
         if let Some(d) = eng.next_deadline() {
@@ -171,6 +178,8 @@ impl UdpDriver {
             }
         }
         if out.is_empty() {
+            drop(eng);
+            self.to_kernel_gsi(for_kernel);
             return;
         }
         let sending = self.send_order.lock().unwrap_or_else(|e| e.into_inner());
@@ -189,10 +198,35 @@ impl UdpDriver {
         });
         let failed = super::batch::send_all(self.socket.as_raw_fd(), &items);
         drop(sending);
+        self.to_kernel_gsi(for_kernel);
         if failed > 0 {
             tracing::debug!(failed, "datagrams not sent");
             self.lock().count_tx_errors(failed as u64);
         }
+    }
+
+    /// Hand datagrams to the kernel's QP 1.
+    fn to_kernel_gsi(&self, datagrams: Vec<GsiDatagram>) {
+        if datagrams.is_empty() {
+            return;
+        }
+        if let Some(sink) = self
+            .kernel_gsi_sink
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            sink(datagrams);
+        }
+    }
+
+    /// Install (or remove) where datagrams for the kernel's QP 1 go (see
+    /// [`crate::nic::kernel_chan`]). It runs with the engine unlocked.
+    pub fn set_kernel_gsi_sink(&self, sink: Option<GsiSink>) {
+        *self
+            .kernel_gsi_sink
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = sink;
     }
 
     /// Install the report of what each process holds on the device.

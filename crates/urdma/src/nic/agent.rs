@@ -78,6 +78,8 @@ pub struct AgentDevice {
     holdings: Mutex<HashMap<u64, ProcessStats>>,
     /// Where the CM's events go.
     pub cm_routes: Mutex<super::cm_routes::CmRoutes>,
+    /// The kernel device this NIC serves, if any.
+    kernel_chan: Mutex<Option<super::kernel_chan::KernelChannel>>,
 }
 
 impl AgentDevice {
@@ -201,7 +203,12 @@ impl Nic {
             users: AtomicUsize::new(1),
             holdings: Mutex::new(HashMap::new()),
             cm_routes: Mutex::new(Default::default()),
+            kernel_chan: Mutex::new(None),
         });
+        match super::kernel_chan::KernelChannel::attach(&dev.driver) {
+            Ok(chan) => *dev.kernel_chan.lock().unwrap_or_else(|e| e.into_inner()) = chan,
+            Err(e) => tracing::warn!(name, %addr, error = %e, "kernel device not attached"),
+        }
         let holders = Arc::downgrade(&dev);
         dev.driver.set_holders(Some(Box::new(move || {
             holders.upgrade().map(|d| d.processes()).unwrap_or_default()
@@ -240,6 +247,7 @@ impl Nic {
         if dev.users.fetch_sub(1, Ordering::AcqRel) == 1 {
             let key = (dev.device.config().addr, dev.device.config().port);
             if let Some(d) = devs.remove(&key) {
+                drop(d.kernel_chan.lock().unwrap_or_else(|e| e.into_inner()).take());
                 d.driver.set_event_notifier(None);
                 d.driver.set_cm_notifier(None);
                 d.driver.set_holders(None);

@@ -18,6 +18,7 @@ pub mod channel;
 pub mod client;
 pub mod cm_routes;
 pub mod kernel;
+pub mod kernel_chan;
 pub mod proto;
 pub mod session;
 pub mod spawn;

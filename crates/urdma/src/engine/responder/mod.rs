@@ -33,6 +33,7 @@ mod error;
 mod execute;
 mod reply;
 mod ud;
+pub(super) use ud::received_grh;
 
 use super::qp::QpCtx;
 use super::Ctx;

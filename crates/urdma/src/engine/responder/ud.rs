@@ -22,12 +22,7 @@ pub(super) fn request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Res
         return Err(RespError::Length.into());
     }
     let wqe = take_recv(qp, cx)?;
-    let udp_len = 8
-        + pkt.repr.header_len()
-        + pkt.payload.len()
-        + pkt.repr.bth.pad_count as usize
-        + urdma_wire::ICRC_LEN;
-    let grh = grh_bytes(cx.last_src, cx.local, udp_len);
+    let grh = received_grh(cx.last_src, cx.local, pkt);
     let (wqe, total) = place(wqe, 0, &[&grh, pkt.payload])?;
     let mut wc = recv_wc(qp, &wqe, WcOpcode::Recv, total, deth.src_qp, pkt);
     wc.wc_flags |= WcFlags::GRH;
@@ -35,6 +30,20 @@ pub(super) fn request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Res
     drop(wqe);
     qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
     Ok(())
+}
+
+/// The GRH area of `pkt`, received from `src` at `dst`.
+pub(in crate::engine) fn received_grh(
+    src: SocketAddr,
+    dst: SocketAddr,
+    pkt: &Packet<'_>,
+) -> [u8; GRH_LEN] {
+    let udp_len = 8
+        + pkt.repr.header_len()
+        + pkt.payload.len()
+        + pkt.repr.bth.pad_count as usize
+        + urdma_wire::ICRC_LEN;
+    grh_bytes(src, dst, udp_len)
 }
 
 /// The 40-byte GRH area as RoCE v2 presents it: for IPv4, 20 zero bytes

@@ -1,0 +1,452 @@
+//! The kernel driver's channel: a NIC file (`/dev/urdma`) attached to the
+//! kernel device bound to the device's network interface
+//! (`URDMA_IOC_ATTACH`, see `kernel/urdma_abi.h`). Through it the NIC
+//! serves the kernel's own QPs: the kernel writes their work requests as
+//! messages, the NIC carries them out and writes back completions and the
+//! datagrams it received for them.
+//!
+//! The kernel QP served is QP 1 (the GSI QP of the kernel's MAD layer and
+//! connection manager): [`crate::engine::Engine::send_gsi`] sends its
+//! datagrams, and datagrams for QP 1 that the device's own CM does not
+//! claim come to it ([`crate::engine::Engine::set_kernel_gsi`]).
+
+use crate::engine::{GsiDatagram, GsiSend};
+use crate::fabric::udp::UdpDriver;
+use crate::types::WcStatus;
+use crate::verbs::Gid;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Message types (`enum urdma_msg_type`).
+const MSG_UD_SEND: u16 = 1;
+const MSG_SEND_DONE: u16 = 2;
+const MSG_UD_RECV: u16 = 3;
+/// Lengths of the fixed parts (`struct urdma_msg_*`).
+const HDR_LEN: usize = 8;
+const UD_SEND_LEN: usize = 72;
+const SEND_DONE_LEN: usize = 24;
+const UD_RECV_LEN: usize = 72;
+/// Datagram flags (`URDMA_MSG_F_*`).
+const F_IMM: u16 = 1;
+const F_SOLICITED: u16 = 2;
+/// `URDMA_MSG_MAX_PAYLOAD`.
+const MAX_PAYLOAD: usize = 4096;
+/// `enum rdma_network_type`.
+const RDMA_NETWORK_IPV4: u32 = 2;
+const RDMA_NETWORK_IPV6: u32 = 3;
+/// Room for a device name (`URDMA_IBDEV_NAME_LEN`).
+const IBDEV_NAME_LEN: usize = 64;
+/// Bytes read at once: the kernel's largest write is far below.
+const READ_BUF: usize = 256 << 10;
+/// How often the reader looks at its stop flag.
+const STOP_POLL: Duration = Duration::from_millis(200);
+
+/// `struct urdma_attach`.
+#[repr(C)]
+struct AttachCmd {
+    ifindex: u32,
+    reserved: u32,
+    ibdev: [u8; IBDEV_NAME_LEN],
+}
+
+nix::ioctl_readwrite!(ioc_attach, 0xb5, 3, AttachCmd);
+
+/// A malformed message from the kernel.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("bad message from the kernel at byte {at}: {why}")]
+pub struct BadMessage {
+    at: usize,
+    why: &'static str,
+}
+
+/// A kernel QP's UD SEND (`struct urdma_msg_ud_send`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdSend {
+    /// The sending kernel QP.
+    pub qpn: u32,
+    /// The kernel's tag, answered in the completion.
+    pub handle: u64,
+    /// Source GID.
+    pub sgid: Gid,
+    /// Destination GID.
+    pub dgid: Gid,
+    /// Destination QP.
+    pub dest_qpn: u32,
+    /// Q_Key.
+    pub qkey: u32,
+    /// Immediate data.
+    pub imm: Option<u32>,
+    /// The solicited event bit.
+    pub solicited: bool,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn gid_at(b: &[u8], at: usize) -> Gid {
+    let mut raw = [0u8; 16];
+    raw.copy_from_slice(&b[at..at + 16]);
+    Gid(raw)
+}
+
+/// Parse what one read returned: whole messages, each a UD SEND.
+pub fn parse_messages(buf: &[u8]) -> Result<Vec<UdSend>, BadMessage> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let bad = |why| BadMessage { at, why };
+        let m = &buf[at..];
+        if m.len() < HDR_LEN {
+            return Err(bad("truncated header"));
+        }
+        let (kind, len) = (u16_at(m, 0), usize::from(u16_at(m, 2)));
+        if len < HDR_LEN || len % 8 != 0 || len > m.len() {
+            return Err(bad("bad length"));
+        }
+        if kind != MSG_UD_SEND {
+            return Err(bad("unknown type"));
+        }
+        if len < UD_SEND_LEN {
+            return Err(bad("short UD send"));
+        }
+        let plen = u32_at(m, 68) as usize;
+        if plen > MAX_PAYLOAD || UD_SEND_LEN + plen > len {
+            return Err(bad("bad payload length"));
+        }
+        let flags = u16_at(m, 62);
+        out.push(UdSend {
+            qpn: u32_at(m, 4),
+            handle: u64::from_ne_bytes(m[8..16].try_into().expect("8 bytes")),
+            sgid: gid_at(m, 16),
+            dgid: gid_at(m, 32),
+            dest_qpn: u32_at(m, 48),
+            qkey: u32_at(m, 52),
+            // The kernel keeps immediate data in network order.
+            imm: (flags & F_IMM != 0).then(|| u32::from_be_bytes(m[64..68].try_into().expect("4"))),
+            solicited: flags & F_SOLICITED != 0,
+            payload: m[UD_SEND_LEN..UD_SEND_LEN + plen].to_vec(),
+        });
+        at += len;
+    }
+    Ok(out)
+}
+
+fn header(kind: u16, len: usize, qpn: u32) -> Vec<u8> {
+    let mut m = Vec::with_capacity(len);
+    m.extend_from_slice(&kind.to_ne_bytes());
+    m.extend_from_slice(&(len as u16).to_ne_bytes());
+    m.extend_from_slice(&qpn.to_ne_bytes());
+    m
+}
+
+/// `struct urdma_msg_send_done`: the sends of `qpn` up to `handle` are
+/// done, `handle`'s with `status`.
+pub fn send_done(qpn: u32, handle: u64, status: WcStatus) -> Vec<u8> {
+    let mut m = header(MSG_SEND_DONE, SEND_DONE_LEN, qpn);
+    m.extend_from_slice(&handle.to_ne_bytes());
+    m.extend_from_slice(&(status as u32).to_ne_bytes());
+    m.extend_from_slice(&0u32.to_ne_bytes());
+    m
+}
+
+/// `struct urdma_msg_ud_recv`: `d` for kernel QP `qpn`.
+pub fn ud_recv(qpn: u32, d: &GsiDatagram) -> Vec<u8> {
+    let len = (UD_RECV_LEN + d.payload.len()).next_multiple_of(8);
+    let mut m = header(MSG_UD_RECV, len, qpn);
+    m.extend_from_slice(&d.grh);
+    m.extend_from_slice(&d.src_qpn.to_ne_bytes());
+    let net = if d.ipv6 { RDMA_NETWORK_IPV6 } else { RDMA_NETWORK_IPV4 };
+    m.extend_from_slice(&net.to_ne_bytes());
+    let flags = if d.imm.is_some() { F_IMM } else { 0 } | if d.solicited { F_SOLICITED } else { 0 };
+    m.extend_from_slice(&flags.to_ne_bytes());
+    m.extend_from_slice(&0u16.to_ne_bytes());
+    m.extend_from_slice(&d.imm.unwrap_or(0).to_be_bytes());
+    m.extend_from_slice(&(d.payload.len() as u32).to_ne_bytes());
+    m.extend_from_slice(&d.qkey.to_ne_bytes());
+    m.extend_from_slice(&d.payload);
+    m.resize(len, 0);
+    m
+}
+
+/// The index of the network interface that holds `addr`, if any.
+fn ifindex_of(addr: IpAddr) -> Option<u32> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        let Some(sa) = a.address else { continue };
+        let ip = match (sa.as_sockaddr_in(), sa.as_sockaddr_in6()) {
+            (Some(v4), _) => IpAddr::V4(v4.ip()),
+            (_, Some(v6)) => IpAddr::V6(v6.ip()),
+            _ => continue,
+        };
+        if ip == addr {
+            return nix::net::if_::if_nametoindex(a.interface_name.as_str()).ok();
+        }
+    }
+    None
+}
+
+/// An attached channel; dropping it detaches (the kernel's QP 1 then has
+/// no NIC: its sends fail).
+pub struct KernelChannel {
+    ibdev: String,
+    stop: Arc<AtomicBool>,
+    reader: Option<JoinHandle<()>>,
+    driver: Weak<UdpDriver>,
+}
+
+impl std::fmt::Debug for KernelChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelChannel").field("ibdev", &self.ibdev).finish()
+    }
+}
+
+impl KernelChannel {
+    /// Attach `driver`'s device to the kernel device on the interface
+    /// that holds its address. `Ok(None)`: there is none to attach to (no
+    /// module, no access, no urdma device on that interface, or another
+    /// NIC serves it).
+    pub fn attach(driver: &Arc<UdpDriver>) -> io::Result<Option<KernelChannel>> {
+        let addr = driver.local().ip();
+        let Some(ifindex) = ifindex_of(addr) else {
+            return Ok(None);
+        };
+        let file = match File::options().read(true).write(true).open(super::kernel::PATH) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::debug!(error = %e, "no kernel channel");
+                return Ok(None);
+            }
+        };
+        let mut cmd = AttachCmd {
+            ifindex,
+            reserved: 0,
+            ibdev: [0; IBDEV_NAME_LEN],
+        };
+        // SAFETY: the command is a live, fully initialised struct of the
+        // layout the ioctl number encodes; the kernel reads and writes it.
+        match unsafe { ioc_attach(file.as_raw_fd(), &mut cmd) } {
+            Ok(_) => {}
+            Err(nix::errno::Errno::ENODEV) => return Ok(None),
+            Err(nix::errno::Errno::EBUSY) => {
+                tracing::warn!(%addr, "the kernel device has another NIC");
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let end = cmd.ibdev.iter().position(|&b| b == 0).unwrap_or(IBDEV_NAME_LEN);
+        let ibdev = String::from_utf8_lossy(&cmd.ibdev[..end]).into_owned();
+        let file = Arc::new(file);
+        let writer = file.clone();
+        driver.set_kernel_gsi_sink(Some(Box::new(move |datagrams| {
+            tracing::debug!(n = datagrams.len(), "datagrams for the kernel's QP 1");
+        let msgs: Vec<u8> = datagrams.iter().flat_map(|d| ud_recv(1, d)).collect();
+            if let Err(e) = (&*writer).write_all(&msgs) {
+                tracing::debug!(error = %e, "datagrams for the kernel's QP 1 lost");
+            }
+        })));
+        driver.with_engine(|e, _| e.set_kernel_gsi(true));
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (stop, driver) = (stop.clone(), Arc::downgrade(driver));
+            std::thread::Builder::new()
+                .name(format!("urdma-k-{ibdev}"))
+                .spawn(move || serve(&file, &driver, &stop))?
+        };
+        tracing::info!(%addr, ibdev, "kernel device attached");
+        Ok(Some(KernelChannel {
+            ibdev,
+            stop,
+            reader: Some(reader),
+            driver: Arc::downgrade(driver),
+        }))
+    }
+
+    /// The kernel device's name.
+    pub fn ibdev(&self) -> &str {
+        &self.ibdev
+    }
+}
+
+impl Drop for KernelChannel {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        if let Some(d) = self.driver.upgrade() {
+            d.set_kernel_gsi_sink(None);
+            d.with_engine(|e, _| e.set_kernel_gsi(false));
+        }
+    }
+}
+
+/// The reader: carry out the kernel's sends until told to stop or the
+/// kernel device goes away.
+fn serve(file: &File, driver: &Weak<UdpDriver>, stop: &AtomicBool) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut buf = vec![0u8; READ_BUF];
+    let timeout = PollTimeout::try_from(STOP_POLL.as_millis() as u16).unwrap_or(PollTimeout::NONE);
+    while !stop.load(Ordering::Acquire) {
+        let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "kernel channel poll failed");
+                return;
+            }
+        }
+        let n = match (&*file).read(&mut buf) {
+            Ok(0) => {
+                tracing::info!("the kernel device is gone");
+                return;
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "kernel channel read failed");
+                return;
+            }
+        };
+        let sends = match parse_messages(&buf[..n]) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "kernel channel out of step");
+                return;
+            }
+        };
+        let Some(driver) = driver.upgrade() else { return };
+        let done: Vec<u8> = sends.iter().flat_map(|s| send_done(s.qpn, s.handle, carry_out(&driver, s))).collect();
+        if let Err(e) = (&*file).write_all(&done) {
+            tracing::warn!(error = %e, "kernel channel write failed");
+            return;
+        }
+    }
+}
+
+/// Carry out one send: the status of its completion.
+fn carry_out(driver: &UdpDriver, s: &UdSend) -> WcStatus {
+    if s.qpn != 1 {
+        return WcStatus::LocQpOpErr;
+    }
+    let send = GsiSend {
+        src: s.sgid.to_ip(),
+        dst: s.dgid.to_ip(),
+        dest_qpn: s.dest_qpn,
+        qkey: s.qkey,
+        imm: s.imm,
+        solicited: s.solicited,
+        payload: &s.payload,
+    };
+    let status = match driver.with_engine(|e, now| e.send_gsi(now, &send)) {
+        Ok(()) => WcStatus::Success,
+        Err(status) => status,
+    };
+    tracing::debug!(to = %send.dst, qpn = s.dest_qpn, len = s.payload.len(), ?status, "kernel QP 1 send");
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ud_send_bytes(handle: u64, payload: &[u8], flags: u16) -> Vec<u8> {
+        let len = (UD_SEND_LEN + payload.len()).next_multiple_of(8);
+        let mut m = header(MSG_UD_SEND, len, 1);
+        m.extend_from_slice(&handle.to_ne_bytes());
+        m.extend_from_slice(&Gid::from_ip("169.254.0.1".parse().unwrap()).0);
+        m.extend_from_slice(&Gid::from_ip("169.254.0.2".parse().unwrap()).0);
+        m.extend_from_slice(&1u32.to_ne_bytes());
+        m.extend_from_slice(&0x8001_0000u32.to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        m.extend_from_slice(&[64, 0]);
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&0xdead_beefu32.to_be_bytes());
+        m.extend_from_slice(&(payload.len() as u32).to_ne_bytes());
+        m.extend_from_slice(payload);
+        m.resize(len, 0);
+        m
+    }
+
+    #[test]
+    fn layouts_match_the_module() {
+        assert_eq!(std::mem::size_of::<AttachCmd>(), 72);
+        assert_eq!(
+            nix::request_code_readwrite!(0xb5, 3, std::mem::size_of::<AttachCmd>()),
+            0xc048_b503
+        );
+        assert_eq!(send_done(1, 7, WcStatus::GeneralErr).len(), SEND_DONE_LEN);
+    }
+
+    #[test]
+    fn ud_sends_parse_field_by_field() {
+        let mut buf = ud_send_bytes(5, &[1, 2, 3], 0);
+        buf.extend(ud_send_bytes(6, &[9; 256], F_IMM | F_SOLICITED));
+        let s = parse_messages(&buf).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].qpn, s[0].handle, s[0].dest_qpn), (1, 5, 1));
+        assert_eq!(s[0].qkey, 0x8001_0000);
+        assert_eq!(s[0].sgid.to_ip(), "169.254.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(s[0].dgid.to_ip(), "169.254.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!((s[0].imm, s[0].solicited), (None, false));
+        assert_eq!(s[0].payload, [1, 2, 3]);
+        assert_eq!((s[1].imm, s[1].solicited), (Some(0xdead_beef), true));
+        assert_eq!(s[1].payload.len(), 256);
+    }
+
+    #[test]
+    fn malformed_messages_are_refused() {
+        let good = ud_send_bytes(5, &[1, 2, 3], 0);
+        assert!(parse_messages(&good[..good.len() - 8]).is_err());
+        let mut bad_len = good.clone();
+        bad_len[2] = 13;
+        assert!(parse_messages(&bad_len).is_err());
+        let mut bad_type = good.clone();
+        bad_type[0] = 9;
+        assert!(parse_messages(&bad_type).is_err());
+        let mut long_payload = good.clone();
+        long_payload[68..72].copy_from_slice(&5000u32.to_ne_bytes());
+        assert!(parse_messages(&long_payload).is_err());
+        assert!(parse_messages(&good[..4]).is_err());
+        assert_eq!(parse_messages(&[]).unwrap(), []);
+    }
+
+    #[test]
+    fn datagrams_for_the_kernel_carry_their_grh() {
+        let d = GsiDatagram {
+            grh: [7; 40],
+            ipv6: false,
+            src_qpn: 1,
+            qkey: 0x8001_0000,
+            imm: None,
+            solicited: false,
+            payload: vec![0xaa; 256],
+        };
+        let m = ud_recv(1, &d);
+        assert_eq!(m.len(), UD_RECV_LEN + 256);
+        assert_eq!(u16_at(&m, 0), MSG_UD_RECV);
+        assert_eq!(usize::from(u16_at(&m, 2)), m.len());
+        assert_eq!(&m[8..48], &[7; 40]);
+        assert_eq!(u32_at(&m, 48), 1);
+        assert_eq!(u32_at(&m, 52), RDMA_NETWORK_IPV4);
+        assert_eq!(u32_at(&m, 64), 256);
+        assert_eq!(u32_at(&m, 68), 0x8001_0000);
+        assert_eq!(&m[72..], &[0xaa; 256]);
+        let odd = ud_recv(1, &GsiDatagram { payload: vec![1; 3], ..d });
+        assert_eq!(odd.len(), 80);
+    }
+}
