@@ -62,19 +62,20 @@ ip netns exec $NS rdma link add urdmak type urdma netdev $DEV_U ||
   { fail "rdma link add urdmak in $NS"; exit 1; }
 busybox ping -c 1 -W 5 $IP_U >/dev/null 2>&1 || fail "ping $IP_U from the root namespace"
 
-# The NIC agent of the namespace, as the system service runs it.
-ip netns exec $NS env URDMA_ADDR=$IP_U "$U" agent --persist --open-all >"$W/agent" 2>&1 &
-for _ in $(seq 1 100); do
-  dmesg | grep -q "urdmak: a NIC attached" && break
-  sleep 0.1
-done
-if dmesg | grep -q "urdmak: a NIC attached"; then
-  ok "the NIC agent attaches to urdmak"
-else
-  fail "the NIC agent attaches to urdmak"
+# start_agent: the NIC agent of the namespace, as the system service
+# runs it; AGENT is its PID. It must attach to urdmak (the Nth time: $1).
+start_agent() {
+  ip netns exec $NS env URDMA_ADDR=$IP_U URDMA_LOG=urdma=info "$U" agent --persist --open-all >>"$W/agent" 2>&1 &
+  AGENT=$!
+  for _ in $(seq 1 100); do
+    [ "$(dmesg | grep -c "urdmak: a NIC attached")" -ge "$1" ] && return 0
+    sleep 0.1
+  done
   sed 's/^/    agent: /' "$W/agent" | tail -5
   dmesg | tail -5 | sed 's/^/    dmesg: /'
-fi
+  return 1
+}
+if start_agent 1; then ok "the NIC agent attaches to urdmak"; else fail "the NIC agent attaches to urdmak"; fi
 
 # In the urdma namespace.
 IN_U="ip netns exec $NS"
@@ -128,6 +129,35 @@ pair "ib_write_bw -R: rxe serves, urdma connects" 'BW average|bytes' \
 pair "ib_write_bw -R: urdma serves, rxe connects" 'BW average|bytes' \
   $IN_U ib_write_bw -R -d urdmak -n 200 -F -- \
   ib_write_bw -R -d rxek -n 200 -F $IP_U
+
+# The agent dies: the kernel's QP 1 loses its NIC; a new agent takes over
+# and the kernel's connection manager works again.
+kill -9 $AGENT
+wait $AGENT 2>/dev/null
+for _ in $(seq 1 50); do dmesg | grep -q "urdmak: the NIC left" && break; sleep 0.1; done
+if dmesg | grep -q "urdmak: the NIC left"; then ok "a killed agent leaves urdmak"; else fail "a killed agent leaves urdmak"; fi
+if start_agent 2; then ok "a new agent attaches to urdmak"; else fail "a new agent attaches to urdmak"; fi
+pair "rping after the agent restarted: urdma connects to rxe" 'ping data' \
+  rping -s -a $IP_R -C 10 -V -- \
+  $IN_U rping -c -a $IP_R -C 10 -V -v
+
+# The device goes while the agent serves it: the agent lets go of it and
+# lives on; then the module unloads.
+if timeout 30 ip netns exec $NS rdma link delete urdmak; then
+  ok "rdma link delete urdmak while the agent is attached"
+else
+  fail "rdma link delete urdmak while the agent is attached"
+fi
+sleep 1
+if grep -q "the kernel device is gone" "$W/agent" && kill -0 $AGENT 2>/dev/null; then
+  ok "the agent sees the kernel device go and lives on"
+else
+  fail "the agent sees the kernel device go and lives on"
+  sed 's/^/    agent: /' "$W/agent" | tail -5
+fi
+kill $AGENT
+wait $AGENT 2>/dev/null
+if rmmod urdma; then ok "urdma.ko unloads"; else fail "urdma.ko unloads"; fi
 
 # The kernel log: no warning, no error, no leak report.
 if dmesg | grep -Eiq 'WARNING|BUG|leak|error|Call Trace'; then

@@ -269,7 +269,8 @@ impl Cm {
         };
         match &mad.msg {
             CmMessage::Req(r) => {
-                self.listeners.contains(&r.service_id) || theirs(r.local_comm_id, Some(r.local_ca_guid))
+                self.listeners.contains(&r.service_id)
+                    || theirs(r.local_comm_id, Some(r.local_ca_guid))
             }
             // A withdrawn REQ names only the requester's ID.
             CmMessage::Rej(m) => {

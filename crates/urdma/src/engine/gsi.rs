@@ -165,7 +165,10 @@ impl Engine {
 
     /// Take the datagrams received for the kernel's QP 1.
     pub fn take_kernel_gsi(&mut self) -> Vec<GsiDatagram> {
-        self.kernel_gsi.as_mut().map(std::mem::take).unwrap_or_default()
+        self.kernel_gsi
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn to_kernel_gsi(&mut self, src: SocketAddr, pkt: &Packet<'_>) {
@@ -254,6 +257,71 @@ mod tests {
             [CmEvent::ConnectResponse { id, .. }] if id == ida
         ));
         assert!(a.counters()[Counter::RxPackets] >= 1);
+    }
+
+    #[test]
+    fn the_kernel_gets_what_the_cm_does_not_claim() {
+        let mut a = engine("169.254.0.1:4791");
+        let mut b = engine("169.254.0.2:4791");
+        b.set_kernel_gsi(true);
+        b.cm_call(0, |cm| cm.listen(0x0106_0001)).unwrap();
+        // A REQ for a service the CM listens on is the CM's.
+        let p = ConnectParams::rc(b.local(), 0x0106_0001, 0x123, 1);
+        a.cm_call(0, |cm| cm.connect(0, &p)).unwrap();
+        pass(0, &mut a, &mut b);
+        assert!(b.take_kernel_gsi().is_empty());
+        assert_eq!(b.take_cm_events().len(), 1);
+        // One for another service is the kernel's, with the sender's
+        // address in the GRH area and its QP and Q_Key.
+        let p = ConnectParams::rc(b.local(), 0x0106_0002, 0x124, 1);
+        a.cm_call(0, |cm| cm.connect(0, &p)).unwrap();
+        pass(0, &mut a, &mut b);
+        let got = b.take_kernel_gsi();
+        assert_eq!(got.len(), 1);
+        let g = &got[0];
+        assert_eq!((g.src_qpn, g.qkey, g.ipv6), (1, GSI_QKEY, false));
+        assert_eq!(g.payload.len(), MAD_LEN);
+        assert_eq!(&g.grh[32..36], &[169, 254, 0, 1]);
+        assert_eq!(&g.grh[36..40], &[169, 254, 0, 2]);
+        assert!(b.take_cm_events().is_empty());
+        assert_eq!(b.drain_tx().count(), 0, "the CM did not answer it");
+        // The kernel's sends leave from QP 1 to the QP it names.
+        let payload = [5u8; MAD_LEN];
+        let send = GsiSend {
+            src: b.local().ip(),
+            dst: a.local().ip(),
+            dest_qpn: 1,
+            qkey: GSI_QKEY,
+            imm: None,
+            solicited: false,
+            payload: &payload,
+        };
+        b.send_gsi(0, &send).unwrap();
+        let out = b.tx.front().unwrap().data.clone();
+        let pkt = urdma_wire::parse_unchecked(&out).unwrap();
+        assert_eq!(
+            pkt.repr.deth.map(|d| (d.qkey, d.src_qp)),
+            Some((GSI_QKEY, 1))
+        );
+        assert_eq!(pkt.payload, payload);
+        // From another address, or to a QP number too large: refused.
+        let other = GsiSend {
+            src: a.local().ip(),
+            ..send
+        };
+        assert_eq!(b.send_gsi(0, &other), Err(WcStatus::LocQpOpErr));
+        let big = GsiSend {
+            dest_qpn: 1 << 24,
+            ..send
+        };
+        assert_eq!(b.send_gsi(0, &big), Err(WcStatus::LocQpOpErr));
+        // Detached: the CM sees QP 1 alone again.
+        b.set_kernel_gsi(false);
+        a.cm_call(0, |cm| cm.connect(0, &p)).unwrap();
+        let _ = b.drain_tx();
+        pass(0, &mut a, &mut b);
+        assert!(b.take_kernel_gsi().is_empty());
+        assert!(b.drain_tx().count() >= 1, "the CM rejects the REQ");
     }
 
     #[test]

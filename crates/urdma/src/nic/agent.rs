@@ -247,7 +247,12 @@ impl Nic {
         if dev.users.fetch_sub(1, Ordering::AcqRel) == 1 {
             let key = (dev.device.config().addr, dev.device.config().port);
             if let Some(d) = devs.remove(&key) {
-                drop(d.kernel_chan.lock().unwrap_or_else(|e| e.into_inner()).take());
+                drop(
+                    d.kernel_chan
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take(),
+                );
                 d.driver.set_event_notifier(None);
                 d.driver.set_cm_notifier(None);
                 d.driver.set_holders(None);

@@ -168,7 +168,11 @@ pub fn ud_recv(qpn: u32, d: &GsiDatagram) -> Vec<u8> {
     let mut m = header(MSG_UD_RECV, len, qpn);
     m.extend_from_slice(&d.grh);
     m.extend_from_slice(&d.src_qpn.to_ne_bytes());
-    let net = if d.ipv6 { RDMA_NETWORK_IPV6 } else { RDMA_NETWORK_IPV4 };
+    let net = if d.ipv6 {
+        RDMA_NETWORK_IPV6
+    } else {
+        RDMA_NETWORK_IPV4
+    };
     m.extend_from_slice(&net.to_ne_bytes());
     let flags = if d.imm.is_some() { F_IMM } else { 0 } | if d.solicited { F_SOLICITED } else { 0 };
     m.extend_from_slice(&flags.to_ne_bytes());
@@ -209,7 +213,9 @@ pub struct KernelChannel {
 
 impl std::fmt::Debug for KernelChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KernelChannel").field("ibdev", &self.ibdev).finish()
+        f.debug_struct("KernelChannel")
+            .field("ibdev", &self.ibdev)
+            .finish()
     }
 }
 
@@ -223,7 +229,11 @@ impl KernelChannel {
         let Some(ifindex) = ifindex_of(addr) else {
             return Ok(None);
         };
-        let file = match File::options().read(true).write(true).open(super::kernel::PATH) {
+        let file = match File::options()
+            .read(true)
+            .write(true)
+            .open(super::kernel::PATH)
+        {
             Ok(f) => f,
             Err(e) => {
                 tracing::debug!(error = %e, "no kernel channel");
@@ -246,13 +256,17 @@ impl KernelChannel {
             }
             Err(e) => return Err(e.into()),
         }
-        let end = cmd.ibdev.iter().position(|&b| b == 0).unwrap_or(IBDEV_NAME_LEN);
+        let end = cmd
+            .ibdev
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(IBDEV_NAME_LEN);
         let ibdev = String::from_utf8_lossy(&cmd.ibdev[..end]).into_owned();
         let file = Arc::new(file);
         let writer = file.clone();
         driver.set_kernel_gsi_sink(Some(Box::new(move |datagrams| {
             tracing::debug!(n = datagrams.len(), "datagrams for the kernel's QP 1");
-        let msgs: Vec<u8> = datagrams.iter().flat_map(|d| ud_recv(1, d)).collect();
+            let msgs: Vec<u8> = datagrams.iter().flat_map(|d| ud_recv(1, d)).collect();
             if let Err(e) = (&*writer).write_all(&msgs) {
                 tracing::debug!(error = %e, "datagrams for the kernel's QP 1 lost");
             }
@@ -329,8 +343,13 @@ fn serve(file: &File, driver: &Weak<UdpDriver>, stop: &AtomicBool) {
                 return;
             }
         };
-        let Some(driver) = driver.upgrade() else { return };
-        let done: Vec<u8> = sends.iter().flat_map(|s| send_done(s.qpn, s.handle, carry_out(&driver, s))).collect();
+        let Some(driver) = driver.upgrade() else {
+            return;
+        };
+        let done: Vec<u8> = sends
+            .iter()
+            .flat_map(|s| send_done(s.qpn, s.handle, carry_out(&driver, s)))
+            .collect();
         if let Err(e) = (&*file).write_all(&done) {
             tracing::warn!(error = %e, "kernel channel write failed");
             return;
@@ -446,7 +465,13 @@ mod tests {
         assert_eq!(u32_at(&m, 64), 256);
         assert_eq!(u32_at(&m, 68), 0x8001_0000);
         assert_eq!(&m[72..], &[0xaa; 256]);
-        let odd = ud_recv(1, &GsiDatagram { payload: vec![1; 3], ..d });
+        let odd = ud_recv(
+            1,
+            &GsiDatagram {
+                payload: vec![1; 3],
+                ..d
+            },
+        );
         assert_eq!(odd.len(), 80);
     }
 }
