@@ -82,7 +82,7 @@ impl Engine {
         }
         let parsed = CmMad::parse(pkt.payload);
         if self.kernel_gsi.is_some() && !parsed.as_ref().is_ok_and(|m| self.cm.claims(m)) {
-            return self.to_kernel_gsi(src, pkt);
+            return self.queue_for_kernel_gsi(src, pkt);
         }
         let mad = match parsed {
             Ok(m) => m,
@@ -171,7 +171,7 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    fn to_kernel_gsi(&mut self, src: SocketAddr, pkt: &Packet<'_>) {
+    fn queue_for_kernel_gsi(&mut self, src: SocketAddr, pkt: &Packet<'_>) {
         let Some(queue) = self.kernel_gsi.as_mut() else {
             return;
         };

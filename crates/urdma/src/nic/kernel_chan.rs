@@ -312,7 +312,7 @@ impl Drop for KernelChannel {
 fn serve(file: &File, driver: &Weak<UdpDriver>, stop: &AtomicBool) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let mut buf = vec![0u8; READ_BUF];
-    let timeout = PollTimeout::try_from(STOP_POLL.as_millis() as u16).unwrap_or(PollTimeout::NONE);
+    let timeout = PollTimeout::from(STOP_POLL.as_millis() as u16);
     while !stop.load(Ordering::Acquire) {
         let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, timeout) {
