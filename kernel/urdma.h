@@ -33,7 +33,8 @@ struct urdma_dev {
 	u32 next_qp;			/* so a freed one is not reused at once */
 	u32 next_srq;
 	spinlock_t kernel_lock;		/* guards chan and gsi */
-	struct urdma_chan *chan;	/* the NIC's channel, or NULL */
+	struct urdma_chan *chan;	/* the NIC's channel, or NULL: then
+					 * the port is DOWN */
 	struct urdma_qp *gsi;		/* the kernel's QP 1, or NULL */
 	struct xarray kmrs;		/* kernel MRs by key index */
 	u32 next_kmr;
@@ -94,10 +95,14 @@ static inline struct urdma_ah *to_urdma_ah(struct ib_ah *ibah)
 	return container_of(ibah, struct urdma_ah, ibah);
 }
 
-/* A kernel MR (a DMA MR: kernel virtual addresses, local access). */
+/*
+ * An MR: a kernel DMA MR (kernel virtual addresses, local access), or the
+ * kernel's record of a user MR that the NIC registered (@user).
+ */
 struct urdma_mr {
 	struct ib_mr ibmr;
 	struct rcu_head rcu;
+	bool user;
 };
 
 struct urdma_srq {
@@ -122,6 +127,8 @@ extern const struct ib_device_ops urdma_dev_ops;
 void urdma_forget_device(struct urdma_dev *dev);
 struct urdma_dev *urdma_get_by_name(const char *name);
 struct urdma_dev *urdma_get_by_netdev(struct net_device *ndev);
+bool urdma_port_up(struct urdma_dev *dev);
+void urdma_port_changed(struct urdma_dev *dev);
 int urdma_nic_register(void);
 void urdma_nic_unregister(void);
 
@@ -159,6 +166,8 @@ int urdma_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
 		    struct ib_udata *udata);
 int urdma_destroy_ah(struct ib_ah *ibah, u32 flags);
 struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access);
+struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
+				u64 iova, int access, struct ib_udata *udata);
 int urdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 
 #endif /* URDMA_H */

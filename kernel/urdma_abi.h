@@ -31,7 +31,8 @@ struct urdma_cq_event {
  * (IB_EVENT_SRQ_ERR, IB_EVENT_SRQ_LIMIT_REACHED) of device
  * @ibdev, owned by process @pid. The kernel hands it to the object's
  * event handler (the process's async event file). Errors: ENODEV, ENOENT
- * as above, EINVAL for a type that names no QP, CQ or SRQ event.
+ * as above, EINVAL for a type that names no QP, CQ or SRQ event or a
+ * non-zero @reserved.
  */
 struct urdma_event {
 	char ibdev[URDMA_IBDEV_NAME_LEN];
@@ -147,6 +148,15 @@ struct urdma_msg_ud_recv {
 struct urdma_create_qp_cmd {
 	__u32 qpn;
 	__u32 reserved;
+};
+
+/*
+ * Driver data of a user reg_mr: the keys the NIC gave the region (the
+ * kernel reports them as the MR's).
+ */
+struct urdma_reg_mr_cmd {
+	__u32 lkey;
+	__u32 rkey;
 };
 
 /*

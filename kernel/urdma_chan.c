@@ -80,7 +80,7 @@ static void urdma_chan_detach(struct urdma_chan *chan, struct urdma_dev *dev)
 
 void urdma_chan_release(struct urdma_chan *chan)
 {
-	struct urdma_dev *dev;
+	struct urdma_dev *dev, *held = NULL;
 
 	mutex_lock(&urdma_chan_mutex);
 	dev = chan->dev;
@@ -88,8 +88,15 @@ void urdma_chan_release(struct urdma_chan *chan)
 		urdma_chan_detach(chan, dev);
 		urdma_kqp_nic_gone(dev);
 		pr_info("urdma: %s: the NIC left\n", dev_name(&dev->ibdev.dev));
+		if (ib_device_try_get(&dev->ibdev))
+			held = dev;
 	}
 	mutex_unlock(&urdma_chan_mutex);
+	/* The port goes down: consumers see IB_EVENT_PORT_ERR. */
+	if (held) {
+		urdma_port_changed(held);
+		ib_device_put(&held->ibdev);
+	}
 	urdma_chan_free_msgs(&chan->msgs);
 	kfree(chan);
 }
@@ -149,6 +156,8 @@ long urdma_chan_attach(struct urdma_chan *chan, void __user *arg)
 		pr_info("urdma: %s: a NIC attached\n", a.ibdev);
 	}
 	mutex_unlock(&urdma_chan_mutex);
+	if (!err)
+		urdma_port_changed(dev);
 	ib_device_put(&dev->ibdev);
 	if (!err && copy_to_user(arg, &a, sizeof(a)))
 		err = -EFAULT;

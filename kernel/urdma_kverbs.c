@@ -683,12 +683,41 @@ struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access)
 	return &mr->ibmr;
 }
 
+/*
+ * A user MR: the NIC registered it (and reaches its memory through the
+ * process); the kernel keeps a record of it under the NIC's keys, so
+ * that it is tracked with its process.
+ */
+struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
+				u64 iova, int access, struct ib_udata *udata)
+{
+	struct urdma_reg_mr_cmd cmd;
+	struct urdma_mr *mr;
+	int err;
+
+	if (!udata || udata->inlen < sizeof(cmd))
+		return ERR_PTR(-EINVAL);
+	if (length > URDMA_MAX_MR_SIZE)
+		return ERR_PTR(-EINVAL);
+	err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
+	if (err)
+		return ERR_PTR(err);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->user = true;
+	mr->ibmr.lkey = cmd.lkey;
+	mr->ibmr.rkey = cmd.rkey;
+	return &mr->ibmr;
+}
+
 int urdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct urdma_dev *dev = to_urdma(ibmr->device);
 	struct urdma_mr *mr = container_of(ibmr, struct urdma_mr, ibmr);
 
-	xa_erase(&dev->kmrs, ibmr->lkey >> 8);
+	if (!mr->user)
+		xa_erase(&dev->kmrs, ibmr->lkey >> 8);
 	kfree_rcu(mr, rcu);
 	return 0;
 }

@@ -2,7 +2,8 @@
 /*
  * urdma module: `rdma link add NAME type urdma netdev IFACE` creates a
  * RoCE v2 device bound to IFACE; `rdma link delete NAME` or the removal
- * of IFACE removes it. Port state follows the netdev's carrier.
+ * of IFACE removes it. The port is ACTIVE while the netdev is up and a
+ * NIC (the agent) serves the device.
  */
 #include <linux/module.h>
 #include <linux/mutex.h>
@@ -126,12 +127,23 @@ static struct rdma_link_ops urdma_link_ops = {
 	.newlink = urdma_newlink,
 };
 
-static void urdma_port_event(struct urdma_dev *dev, enum ib_event_type type)
+/* True if the port is up: its netdev is up and a NIC serves the device. */
+bool urdma_port_up(struct urdma_dev *dev)
+{
+	struct net_device *ndev = dev->ndev;
+
+	return ndev && netif_running(ndev) && netif_carrier_ok(ndev) &&
+	       READ_ONCE(dev->chan);
+}
+
+/* Tell the kernel's consumers the port's state (after a change). */
+void urdma_port_changed(struct urdma_dev *dev)
 {
 	struct ib_event ev = {
 		.device = &dev->ibdev,
 		.element.port_num = 1,
-		.event = type,
+		.event = urdma_port_up(dev) ? IB_EVENT_PORT_ACTIVE :
+					      IB_EVENT_PORT_ERR,
 	};
 
 	ib_dispatch_event(&ev);
@@ -153,10 +165,7 @@ static int urdma_netdev_event(struct notifier_block *nb, unsigned long event,
 	case NETDEV_UP:
 	case NETDEV_DOWN:
 	case NETDEV_CHANGE:
-		if (netif_running(ndev) && netif_carrier_ok(ndev))
-			urdma_port_event(dev, IB_EVENT_PORT_ACTIVE);
-		else
-			urdma_port_event(dev, IB_EVENT_PORT_ERR);
+		urdma_port_changed(dev);
 		break;
 	default:
 		break;

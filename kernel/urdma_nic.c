@@ -133,6 +133,8 @@ static long urdma_nic_event(void __user *arg)
 	if (copy_from_user(&ev, arg, sizeof(ev)))
 		return -EFAULT;
 	ev.ibdev[sizeof(ev.ibdev) - 1] = '\0';
+	if (ev.reserved)
+		return -EINVAL;
 	if (ev.type != IB_EVENT_CQ_ERR && ev.type != IB_EVENT_SRQ_ERR &&
 	    ev.type != IB_EVENT_SRQ_LIMIT_REACHED && !urdma_qp_event_type(ev.type))
 		return -EINVAL;

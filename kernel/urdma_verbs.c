@@ -75,7 +75,9 @@ static int urdma_query_port(struct ib_device *ibdev, u32 port_num,
 	}
 	attr->active_mtu = ib_mtu_int_to_enum(ndev->mtu);
 	up = netif_running(ndev) && netif_carrier_ok(ndev);
-	attr->state = up ? IB_PORT_ACTIVE : IB_PORT_DOWN;
+	/* The link may be up while no NIC serves the device. */
+	attr->state = urdma_port_up(to_urdma(ibdev)) ? IB_PORT_ACTIVE :
+						       IB_PORT_DOWN;
 	attr->phys_state = up ? IB_PORT_PHYS_STATE_LINK_UP :
 				IB_PORT_PHYS_STATE_DISABLED;
 
@@ -384,13 +386,6 @@ static int urdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		return urdma_post_krecv(qp, wr, bad_wr);
 	*bad_wr = wr;
 	return -EOPNOTSUPP;
-}
-
-static struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
-				       u64 iova, int access,
-				       struct ib_udata *udata)
-{
-	return ERR_PTR(-EOPNOTSUPP);
 }
 
 static void urdma_dealloc_driver(struct ib_device *ibdev)

@@ -277,6 +277,26 @@ pub struct CreateQpCmd {
     pub reserved: u32,
 }
 
+/// `struct ibv_reg_mr` (header and the 40-byte core payload, which the
+/// library fills) followed by urdma.ko's driver data (`struct
+/// urdma_reg_mr_cmd`: the NIC's keys of the region).
+#[repr(C)]
+#[derive(Default)]
+pub struct RegMrCmd {
+    pub base: [u64; 6],
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// `struct ib_uverbs_reg_mr_resp`, with no driver data.
+#[repr(C)]
+#[derive(Default)]
+pub struct ib_uverbs_reg_mr_resp {
+    pub mr_handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
 /// `struct ib_uverbs_create_qp_resp` (32 bytes, which the library reads)
 /// followed by urdma.ko's driver data (`struct urdma_create_resp`).
 #[repr(C)]
@@ -405,6 +425,21 @@ extern "C" {
     ) -> c_int;
     /// Destroy the kernel's SRQ of `srq`.
     pub fn ibv_cmd_destroy_srq(srq: *mut ibv_srq) -> c_int;
+    /// Register `vmr` in the kernel too.
+    pub fn ibv_cmd_reg_mr(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        hca_va: u64,
+        access: c_int,
+        vmr: *mut verbs_mr,
+        cmd: *mut RegMrCmd,
+        cmd_size: usize,
+        resp: *mut ib_uverbs_reg_mr_resp,
+        resp_size: usize,
+    ) -> c_int;
+    /// Deregister the kernel's MR of `vmr`.
+    pub fn ibv_cmd_dereg_mr(vmr: *mut verbs_mr) -> c_int;
 }
 
 #[cfg(test)]
@@ -515,6 +550,9 @@ mod tests {
         assert_eq!(size_of::<ib_uverbs_alloc_pd_resp>(), 4);
         assert_eq!(offset_of!(CreateQpCmd, qpn), 64);
         assert_eq!(size_of::<CreateQpCmd>(), 72);
+        assert_eq!(offset_of!(RegMrCmd, lkey), 48);
+        assert_eq!(size_of::<RegMrCmd>(), 56);
+        assert_eq!(size_of::<ib_uverbs_reg_mr_resp>(), 12);
         assert_eq!(offset_of!(CreateQpResp, qp), 32);
         assert_eq!(size_of::<CreateQpResp>(), 40);
         assert_eq!(size_of::<ibv_modify_qp>(), 120);

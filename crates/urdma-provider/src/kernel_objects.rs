@@ -1,7 +1,7 @@
-//! PDs, QPs and SRQs in the kernel too: each one the provider creates in
-//! the NIC also exists in `urdma.ko`, made through uverbs, so that the
-//! kernel tracks it (`rdma resource show pd|qp|srq`, with its program and,
-//! for a QP, its number, state and PSNs). A QP is modified in the kernel
+//! PDs, MRs, QPs and SRQs in the kernel too: each one the provider creates
+//! in the NIC also exists in `urdma.ko`, made through uverbs, so that the
+//! kernel tracks it (`rdma resource show pd|mr|qp|srq`, with its program
+//! and, for a QP, its number, state and PSNs; for an MR, its keys). A QP is modified in the kernel
 //! first (which checks the transition against IBTA's table, resolves the
 //! address vector and keeps a copy of the attributes), then in the NIC. Objects made without a kernel counterpart (through the `_ex`
 //! verbs, or on a PD or CQ that has none) stay out of the kernel, and so
@@ -9,7 +9,7 @@
 
 use crate::driver::*;
 use std::collections::BTreeSet;
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_uint, c_void};
 use std::sync::{Mutex, MutexGuard};
 use urdma::nic::agent::Object;
 use urdma::nic::kernel::KernelObject;
@@ -111,6 +111,72 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
         }
         // SAFETY: as above.
         unsafe { v::pd::dealloc_pd(pd) }
+    })
+}
+
+/// `reg_mr`: the NIC's MR, then the kernel's record of it under the NIC's
+/// keys. A region the kernel refuses (an IOVA whose offset in its page
+/// is not the address's) stays the NIC's alone.
+pub unsafe extern "C" fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    hca_va: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: the caller's contract is the verbs'.
+        let mr = unsafe { v::pd::reg_mr_iova2(pd, addr, length, hca_va, access as c_uint) };
+        if mr.is_null() || !is_backed(pd) {
+            return mr;
+        }
+        // SAFETY: mr is the live MR just made.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        let mut cmd = RegMrCmd {
+            lkey,
+            rkey,
+            ..RegMrCmd::default()
+        };
+        let mut resp = ib_uverbs_reg_mr_resp::default();
+        // SAFETY: pd and mr are live; mr is laid out as a verbs_mr; the
+        // buffers are live and their sizes are theirs.
+        let rc = unsafe {
+            ibv_cmd_reg_mr(
+                pd,
+                addr,
+                length,
+                hca_va,
+                access,
+                mr.cast(),
+                &mut cmd,
+                std::mem::size_of_val(&cmd),
+                &mut resp,
+                std::mem::size_of_val(&resp),
+            )
+        };
+        if rc == 0 {
+            mark(mr);
+        }
+        // SAFETY: as above; the kernel answers with the NIC's keys.
+        unsafe {
+            (*mr).lkey = lkey;
+            (*mr).rkey = rkey;
+        }
+        mr
+    })
+}
+
+/// `dereg_mr`: the kernel's record, then the NIC's MR.
+pub unsafe extern "C" fn dereg_mr(mr: *mut verbs_mr) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: mr is NULL or a live MR of this provider.
+        let rc = unsafe { destroy_in_kernel(mr, ibv_cmd_dereg_mr) };
+        if rc != 0 {
+            return rc;
+        }
+        // SAFETY: the caller's contract is the verbs'; ibv_mr is the
+        // first field of verbs_mr.
+        unsafe { v::pd::dereg_mr(mr.cast()) }
     })
 }
 

@@ -3,27 +3,9 @@
 //! different arguments than the public verbs.
 
 use crate::driver::{verbs_context_ops, verbs_mr};
-use std::os::raw::{c_int, c_uint, c_void};
+use std::os::raw::{c_int, c_void};
 use urdma_verbs as v;
 use urdma_verbs::sys::*;
-
-/// `reg_mr`: the library passes the IOVA and the access flags as an int.
-unsafe extern "C" fn reg_mr(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    hca_va: u64,
-    access: c_int,
-) -> *mut ibv_mr {
-    // SAFETY: the caller's contract is the verbs'.
-    unsafe { v::pd::reg_mr_iova2(pd, addr, length, hca_va, access as c_uint) }
-}
-
-/// `dereg_mr`: the library passes the `verbs_mr` around the `ibv_mr`.
-unsafe extern "C" fn dereg_mr(mr: *mut verbs_mr) -> c_int {
-    // SAFETY: ibv_mr is the first field of verbs_mr.
-    unsafe { v::pd::dereg_mr(mr.cast()) }
-}
 
 /// `rereg_mr`
 unsafe extern "C" fn rereg_mr(
@@ -69,7 +51,7 @@ pub static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     create_srq: Some(crate::kernel_objects::create_srq),
     create_srq_ex: Some(v::srq::create_srq_ex),
     dealloc_pd: Some(crate::kernel_objects::dealloc_pd),
-    dereg_mr: Some(dereg_mr),
+    dereg_mr: Some(crate::kernel_objects::dereg_mr),
     destroy_ah: Some(v::ah::destroy_ah),
     destroy_cq: Some(crate::kernel_cq::destroy_cq),
     destroy_qp: Some(crate::kernel_objects::destroy_qp),
@@ -88,7 +70,7 @@ pub static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     query_qp: Some(v::qp::query_qp),
     query_qp_data_in_order: Some(v::misc::query_qp_data_in_order),
     query_srq: Some(v::srq::query_srq),
-    reg_mr: Some(reg_mr),
+    reg_mr: Some(crate::kernel_objects::reg_mr),
     req_notify_cq: Some(v::cq::req_notify_cq),
     rereg_mr: Some(rereg_mr),
     resize_cq: Some(v::cq::resize_cq),

@@ -2,7 +2,8 @@
 # Guest test: the urdma kernel device. Loads urdma.ko ($URDMA_KO), creates
 # devices with `rdma link add` on lo and on a dummy interface with a
 # link-local address, checks what the RDMA core, sysfs and uverbs show,
-# follows carrier changes, deletes the devices and unloads the module,
+# follows carrier changes and the NIC agent (the port is ACTIVE while an
+# agent serves the device), deletes the devices and unloads the module,
 # then checks the kernel log. Prints "ok - NAME" / "FAIL - NAME" per check.
 set -u
 KO=${URDMA_KO:-/share/urdma.ko}
@@ -23,6 +24,7 @@ expect() {
   if echo "$out" | grep -Eq -- "$re"; then ok "$name"; else fail "$name (/$re/ not in output)"; echo "$out" | sed 's/^/    /'; fi
 }
 cleanup() {
+  [ -n "${AGENT:-}" ] && kill "$AGENT" 2>/dev/null && wait "$AGENT" 2>/dev/null
   rdma link delete urdma0 2>/dev/null
   rdma link delete urdma1 2>/dev/null
   ip link del urdmad0 2>/dev/null
@@ -36,6 +38,15 @@ check "module loads" insmod "$KO"
 check "rdma link add on lo" rdma link add urdma0 type urdma netdev lo
 ip link add urdmad0 type dummy && ip addr add 169.254.61.1/16 dev urdmad0 && ip link set urdmad0 up
 check "rdma link add on a dummy netdev" rdma link add urdma1 type urdma netdev urdmad0
+# The port is ACTIVE once a NIC (the agent) serves the device.
+expect "rdma link show: urdma0 DOWN (no NIC), link up" 'link urdma0/1 state DOWN physical_state LINK_UP netdev lo' rdma link show
+U=${URDMA:?URDMA names the urdma binary}
+"$U" agent --persist --open-all >/tmp/kernel-agent.log 2>&1 &
+AGENT=$!
+for _ in $(seq 1 100); do
+  [ "$(dmesg | grep -c "a NIC attached")" -ge 2 ] && break
+  sleep 0.1
+done
 expect "rdma link show: urdma0 ACTIVE on lo" 'link urdma0/1 state ACTIVE physical_state LINK_UP netdev lo' rdma link show
 expect "rdma link show: urdma1 ACTIVE on urdmad0" 'link urdma1/1 state ACTIVE physical_state LINK_UP netdev urdmad0' rdma link show
 S=/sys/class/infiniband/urdma0
@@ -53,6 +64,18 @@ ip link set urdmad0 down
 expect "port DOWN when the netdev is down" '^1: DOWN$' cat /sys/class/infiniband/urdma1/ports/1/state
 ip link set urdmad0 up
 expect "port ACTIVE when the netdev is up again" '^4: ACTIVE$' cat /sys/class/infiniband/urdma1/ports/1/state
+# The NIC goes (the agent dies): the ports go DOWN; another agent: ACTIVE.
+kill -9 $AGENT; wait $AGENT 2>/dev/null
+sleep 0.5
+expect "port DOWN when the agent is gone" '^1: DOWN$' cat /sys/class/infiniband/urdma1/ports/1/state
+"$U" agent --persist --open-all >>/tmp/kernel-agent.log 2>&1 &
+AGENT=$!
+for _ in $(seq 1 100); do
+  [ "$(dmesg | grep -c "a NIC attached")" -ge 4 ] && break
+  sleep 0.1
+done
+expect "port ACTIVE again with a new agent" '^4: ACTIVE$' cat /sys/class/infiniband/urdma1/ports/1/state
+kill $AGENT; wait $AGENT 2>/dev/null
 expect "second device on the same netdev refused" 'exist|File exists|rc=[1-9]' sh -c 'rdma link add urdma9 type urdma netdev lo; echo rc=$?'
 check "rdma link delete" rdma link delete urdma0
 expect "deleted device is gone" '^$' sh -c 'rdma link show | grep urdma0'

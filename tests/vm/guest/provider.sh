@@ -7,7 +7,7 @@
 # programs between the two devices: ibv_devices, ibv_devinfo,
 # ibv_rc_pingpong, ib_write_bw, ib_read_lat, ib_send_bw, completion
 # channels (ibv_rc_pingpong -e, ib_send_lat -e, pyverbs test_cq_events)
-# and the kernel's view of a program's PDs, CQs and QPs (rdma resource).
+# and the kernel's view of a program's PDs, MRs, CQs and QPs (rdma resource).
 # Prints "ok - NAME" / "FAIL - NAME" per check.
 set -u
 KO=${URDMA_KO:-/share/urdma.ko}
@@ -125,9 +125,10 @@ sleep 2
 expect "rdma resource show cq: the CQ of a running program" 'ibv_rc_pingpong' rdma resource show cq dev urdma1
 expect "rdma resource show pd: the PD of a running program" 'ibv_rc_pingpong' rdma resource show pd dev urdma1
 expect "rdma resource show qp: the QP of a running program, in INIT" 'type RC state INIT.*ibv_rc_pingpong' rdma resource show qp link urdma1/1
+expect "rdma resource show mr: the MR of a running program, with its keys" '(rkey|lkey) 0x[0-9a-f]+.*mrlen 4096.*ibv_rc_pingpong' rdma resource show mr dev urdma1
 timeout -k 5 $T ibv_rc_pingpong -d urdma0 -g "$G0" -n 5 -e $S > /tmp/cli.out 2>&1
 wait $spid
-expect "rdma resource show: no PD, CQ or QP left after the program" '^none$' sh -c "(rdma resource show pd dev urdma1; rdma resource show cq dev urdma1; rdma resource show qp link urdma1/1) 2>&1 | grep -q ibv_rc_pingpong && echo left || echo none"
+expect "rdma resource show: no PD, MR, CQ or QP left after the program" '^none$' sh -c "(rdma resource show pd dev urdma1; rdma resource show mr dev urdma1; rdma resource show cq dev urdma1; rdma resource show qp link urdma1/1) 2>&1 | grep -q ibv_rc_pingpong && echo left || echo none"
 # rdma-core's own CQ event tests (pyverbs), RC and UD, on urdma0.
 rm -rf /tmp/pyverbs-tests && cp -r /usr/share/doc/rdma-core/tests /tmp/pyverbs-tests &&
   gunzip -f /tmp/pyverbs-tests/*.gz
