@@ -17,11 +17,20 @@ use std::sync::{Arc, Mutex};
 use urdma::engine::command::{CreateQp, DestroyQp, ModifyQp};
 use urdma::{AccessFlags, AddressVector, Gid, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType};
 
+/// `enum verbs_qp_mask`: the QP has the extended view.
+const VERBS_QP_EX: u32 = 1 << 1;
+
 /// A queue pair; the C view is an `ibv_qp_ex`, whose head is the `ibv_qp`.
 #[repr(C)]
 pub struct Qp {
     /// The C view; must stay the first field.
     pub ibv: ibv_qp_ex,
+    /// The rest of rdma-core's provider-side `struct verbs_qp`, whose
+    /// `ibv_qp_to_qp_ex` (in the system library, under a provider) reads
+    /// this mask: `VERBS_QP_EX` for an extended QP.
+    pub verbs_comp_mask: u32,
+    /// `verbs_qp::xrcd` (no XRC: NULL).
+    pub verbs_xrcd: *mut std::ffi::c_void,
     /// The device.
     pub dev: Arc<DevShared>,
     /// Engine QP number.
@@ -155,6 +164,8 @@ fn create(n: NewQp) -> VResult<(*mut ibv_qp, ibv_qp_cap)> {
     }
     let q = Box::into_raw(Box::new(Qp {
         ibv,
+        verbs_comp_mask: if n.send_ops != 0 { VERBS_QP_EX } else { 0 },
+        verbs_xrcd: std::ptr::null_mut(),
         dev: pd.dev.clone(),
         qpn,
         qp_type: t,
@@ -505,4 +516,17 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
             Ok(())
         })())
     })
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    #[test]
+    fn qp_is_laid_out_as_verbs_qp() {
+        // struct verbs_qp { union { ibv_qp; ibv_qp_ex; }; u32 comp_mask; verbs_xrcd *xrcd; }
+        let ex = std::mem::size_of::<ibv_qp_ex>();
+        assert_eq!(std::mem::offset_of!(Qp, verbs_comp_mask), ex);
+        assert_eq!(std::mem::offset_of!(Qp, verbs_xrcd), ex + 8);
+    }
 }

@@ -6,7 +6,8 @@
 # dummy netdev (169.254.62.1), and runs the system's unmodified verbs
 # programs between the two devices: ibv_devices, ibv_devinfo,
 # ibv_rc_pingpong, ib_write_bw, ib_read_lat, ib_send_bw, completion
-# channels (ibv_rc_pingpong -e, ib_send_lat -e, pyverbs test_cq_events)
+# channels (ibv_rc_pingpong -e, ib_send_lat -e, pyverbs test_cq_events),
+# rdma-core's pyverbs suite
 # and the kernel's view of a program's PDs, MRs, CQs and QPs (rdma resource).
 # Prints "ok - NAME" / "FAIL - NAME" per check.
 set -u
@@ -134,6 +135,17 @@ rm -rf /tmp/pyverbs-tests && cp -r /usr/share/doc/rdma-core/tests /tmp/pyverbs-t
   gunzip -f /tmp/pyverbs-tests/*.gz
 expect "pyverbs test_cq_events (RC and UD completion channels)" '^OK$' sh -c \
   "cd /tmp/pyverbs-tests && timeout -k 5 $T python3 run_tests.py --dev urdma0 --gid $G0 test_cq_events 2>&1 | tail -1"
+# The whole suite on urdma0: every error must be a known gap (resize CQ,
+# re-registering an MR), and the counts are shown.
+(cd /tmp/pyverbs-tests && timeout -k 5 $T python3 run_tests.py --dev urdma0 --gid $G0 -v > /tmp/pyverbs.out 2>&1)
+unknown=$(grep -E '^(ERROR|FAIL): ' /tmp/pyverbs.out | grep -Ev 'test_resize_cq|test_mr_rereg_' )
+summary=$(grep -E '^(Ran|OK|FAILED)' /tmp/pyverbs.out | tr '\n' ' ')
+if [ -z "$unknown" ] && grep -q '^Ran ' /tmp/pyverbs.out; then
+  ok "pyverbs suite: no error but the known gaps ($summary; $(grep -c '\.\.\. ok$' /tmp/pyverbs.out) ok)"
+else
+  fail "pyverbs suite: no error but the known gaps ($summary)"
+  echo "$unknown" | sed 's/^/    /'
+fi
 # Asynchronous events through the kernel's event file: an SRQ below its
 # limit, a WRITE with a wrong R_Key (QP access error, last WQE reached).
 expect "async events: SRQ limit, QP access error, last WQE, on the kernel's event file" '^ok$' \
