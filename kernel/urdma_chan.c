@@ -241,16 +241,23 @@ ssize_t urdma_chan_read(struct urdma_chan *chan, bool nonblock,
 	if (!total)
 		return -EINVAL;	/* the buffer holds no whole message */
 
-	err = 0;
 	total = 0;
 	list_for_each_entry_safe(m, next, &batch, list) {
-		if (!err && copy_to_user(buf + total, m->data, m->len))
-			err = -EFAULT;
+		if (copy_to_user(buf + total, m->data, m->len))
+			break;
 		total += m->len;
 		list_del(&m->list);
 		kfree(m);
 	}
-	return err ? err : total;
+	if (list_empty(&batch))
+		return total;
+	/* A faulting buffer: what was not copied waits for the next read. */
+	spin_lock_irq(&chan->lock);
+	list_for_each_entry(m, &batch, list)
+		chan->queued += m->len;
+	list_splice(&batch, &chan->msgs);
+	spin_unlock_irq(&chan->lock);
+	return total ? total : -EFAULT;
 }
 
 ssize_t urdma_chan_write(struct urdma_chan *chan, const char __user *buf,

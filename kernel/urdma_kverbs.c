@@ -16,6 +16,7 @@
  */
 #include <linux/slab.h>
 #include <linux/mm.h>
+#include <linux/if_vlan.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_mad.h>
 #include "urdma.h"
@@ -132,6 +133,9 @@ int urdma_poll_kcq(struct urdma_cq *cq, int n, struct ib_wc *wc)
 		k->head = (k->head + 1) % k->size;
 		k->count--;
 	}
+	/* Room again: a later overflow is reported again. */
+	if (i)
+		k->overflowed = false;
 	spin_unlock_irqrestore(&k->lock, flags);
 	return i;
 }
@@ -228,6 +232,23 @@ void urdma_destroy_kqp(struct urdma_dev *dev, struct urdma_qp *qp)
 	kfree(k);
 }
 
+/* Report the send @s of @qp (an error always, a success if signaled). */
+static void urdma_kqp_send_wc(struct urdma_qp *qp, const struct urdma_ksend *s,
+			      enum ib_wc_status status)
+{
+	struct ib_wc wc = {};
+
+	if (!s->signaled && status == IB_WC_SUCCESS)
+		return;
+	wc.wr_id = s->wr_id;
+	wc.status = status;
+	wc.opcode = IB_WC_SEND;
+	wc.byte_len = s->byte_len;
+	wc.qp = &qp->ibqp;
+	wc.port_num = 1;
+	urdma_kcq_push(to_urdma_cq(qp->ibqp.send_cq), &wc, false);
+}
+
 /*
  * Complete the oldest send of @qp if its handle is at most @upto: with
  * @status if it is the send @handle (or @handle is 0), else successfully.
@@ -239,7 +260,6 @@ static bool urdma_kqp_complete_send(struct urdma_qp *qp, u64 upto,
 	struct urdma_kqp *k = qp->k;
 	struct urdma_ksend s;
 	unsigned long flags;
-	struct ib_wc wc = {};
 
 	spin_lock_irqsave(&k->lock, flags);
 	if (!k->sq_count || k->sq[k->sq_head].handle > upto) {
@@ -253,15 +273,7 @@ static bool urdma_kqp_complete_send(struct urdma_qp *qp, u64 upto,
 
 	if (handle && s.handle != handle)
 		status = IB_WC_SUCCESS;
-	if (!s.signaled && status == IB_WC_SUCCESS)
-		return true;
-	wc.wr_id = s.wr_id;
-	wc.status = status;
-	wc.opcode = IB_WC_SEND;
-	wc.byte_len = s.byte_len;
-	wc.qp = &qp->ibqp;
-	wc.port_num = 1;
-	urdma_kcq_push(to_urdma_cq(qp->ibqp.send_cq), &wc, false);
+	urdma_kqp_send_wc(qp, &s, status);
 	return true;
 }
 
@@ -358,12 +370,11 @@ static int urdma_ksend_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 	const struct ib_ud_wr *ud = ud_wr(wr);
 	struct urdma_kqp *k = qp->k;
 	struct urdma_msg_ud_send *m;
-	struct urdma_ksend *s;
+	struct urdma_ksend send;
 	struct urdma_kmsg *km;
 	struct urdma_ah *ah;
 	unsigned long flags;
 	u32 len = 0, i;
-	u64 handle;
 	u8 *p;
 	int err;
 
@@ -412,28 +423,29 @@ static int urdma_ksend_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 		p += wr->sg_list[i].length;
 	}
 
+	send.wr_id = wr->wr_id;
+	send.byte_len = len;
+	send.signaled = qp->sq_sig_type == IB_SIGNAL_ALL_WR ||
+			(wr->send_flags & IB_SEND_SIGNALED);
 	spin_lock_irqsave(&k->lock, flags);
 	if (k->sq_count == k->sq_size) {
 		spin_unlock_irqrestore(&k->lock, flags);
 		kfree(km);
 		return -ENOMEM;
 	}
-	handle = atomic64_inc_return(&dev->next_handle);
-	m->handle = handle;
-	s = &k->sq[(k->sq_head + k->sq_count) % k->sq_size];
-	s->wr_id = wr->wr_id;
-	s->handle = handle;
-	s->byte_len = len;
-	s->signaled = qp->sq_sig_type == IB_SIGNAL_ALL_WR ||
-		      (wr->send_flags & IB_SEND_SIGNALED);
-	k->sq_count++;
+	send.handle = atomic64_inc_return(&dev->next_handle);
+	m->handle = send.handle;
 	/* Queued under the QP's lock: the NIC sees sends in handle order. */
 	err = urdma_chan_queue(dev, km);
+	if (!err) {
+		k->sq[(k->sq_head + k->sq_count) % k->sq_size] = send;
+		k->sq_count++;
+	}
 	spin_unlock_irqrestore(&k->lock, flags);
 	if (err) {
-		/* No NIC serves the device: the send fails. */
+		/* No NIC serves the device (or it is far behind): it fails. */
 		kfree(km);
-		urdma_kqp_send_done(qp, handle, IB_WC_GENERAL_ERR);
+		urdma_kqp_send_wc(qp, &send, IB_WC_GENERAL_ERR);
 	}
 	return 0;
 }
@@ -526,36 +538,42 @@ static void urdma_kqp_recv(struct urdma_qp *qp,
 {
 	enum ib_qp_state state = READ_ONCE(qp->attr.qp_state);
 	struct urdma_kqp *k = qp->k;
+	struct net_device *ndev;
 	struct ib_wc wc = {};
 	struct urdma_krecv r;
 	unsigned long flags;
-	u32 room = 0, i, total;
+	u64 room = 0;
+	u32 i, total;
 
 	if (state != IB_QPS_RTR && state != IB_QPS_RTS)
 		return;
 	if (m->qkey != IB_QP1_QKEY)
 		return;
+	total = sizeof(m->grh) + m->length;
 	spin_lock_irqsave(&k->lock, flags);
 	if (!k->rq_count) {
 		spin_unlock_irqrestore(&k->lock, flags);
 		return;
 	}
 	r = k->rq[k->rq_head];
+	for (i = 0; i < r.num_sge; i++)
+		room += r.sge[i].length;
+	/*
+	 * A datagram larger than the next buffer is dropped and the buffer
+	 * kept: the MAD layer does not repost a buffer returned in error.
+	 */
+	if (room < total) {
+		spin_unlock_irqrestore(&k->lock, flags);
+		return;
+	}
 	k->rq_head = (k->rq_head + 1) % k->rq_size;
 	k->rq_count--;
 	spin_unlock_irqrestore(&k->lock, flags);
 
-	total = sizeof(m->grh) + m->length;
-	for (i = 0; i < r.num_sge; i++)
-		room += r.sge[i].length;
+	urdma_copy_to_sges(r.sge, r.num_sge, 0, m->grh, sizeof(m->grh));
+	urdma_copy_to_sges(r.sge, r.num_sge, sizeof(m->grh),
+			   (const u8 *)(m + 1), m->length);
 	wc.status = IB_WC_SUCCESS;
-	if (room < total) {
-		wc.status = IB_WC_LOC_LEN_ERR;
-	} else {
-		urdma_copy_to_sges(r.sge, r.num_sge, 0, m->grh, sizeof(m->grh));
-		urdma_copy_to_sges(r.sge, r.num_sge, sizeof(m->grh),
-				   (const u8 *)(m + 1), m->length);
-	}
 	wc.wr_id = r.wr_id;
 	wc.opcode = IB_WC_RECV;
 	wc.byte_len = total;
@@ -566,6 +584,11 @@ static void urdma_kqp_recv(struct urdma_qp *qp,
 	if (m->flags & URDMA_MSG_F_IMM) {
 		wc.wc_flags |= IB_WC_WITH_IMM;
 		wc.ex.imm_data = m->imm;
+	}
+	ndev = to_urdma(qp->ibqp.device)->ndev;
+	if (ndev && is_vlan_dev(ndev)) {
+		wc.wc_flags |= IB_WC_WITH_VLAN;
+		wc.vlan_id = vlan_dev_vlan_id(ndev);
 	}
 	wc.pkey_index = 0;
 	wc.port_num = 1;

@@ -175,6 +175,13 @@ impl Engine {
         let Some(queue) = self.kernel_gsi.as_mut() else {
             return;
         };
+        // QP 1 carries MADs: a larger datagram fits no buffer of the
+        // kernel's MAD layer.
+        if pkt.payload.len() > MAD_LEN {
+            self.counters.add(Counter::Dropped, 1);
+            tracing::debug!(%src, len = pkt.payload.len(), "datagram too large for QP 1 dropped");
+            return;
+        }
         let grh = super::responder::received_grh(src, self.local, pkt);
         queue.push(GsiDatagram {
             grh,

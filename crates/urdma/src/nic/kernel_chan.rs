@@ -266,7 +266,11 @@ impl KernelChannel {
         let writer = file.clone();
         driver.set_kernel_gsi_sink(Some(Box::new(move |datagrams| {
             tracing::debug!(n = datagrams.len(), "datagrams for the kernel's QP 1");
-            let msgs: Vec<u8> = datagrams.iter().flat_map(|d| ud_recv(1, d)).collect();
+            let msgs: Vec<u8> = datagrams
+                .iter()
+                .filter(|d| d.payload.len() <= MAX_PAYLOAD)
+                .flat_map(|d| ud_recv(1, d))
+                .collect();
             if let Err(e) = (&*writer).write_all(&msgs) {
                 tracing::debug!(error = %e, "datagrams for the kernel's QP 1 lost");
             }
@@ -277,7 +281,15 @@ impl KernelChannel {
             let (stop, driver) = (stop.clone(), Arc::downgrade(driver));
             std::thread::Builder::new()
                 .name(format!("urdma-k-{ibdev}"))
-                .spawn(move || serve(&file, &driver, &stop))?
+                .spawn(move || {
+                    serve(&file, &driver, &stop);
+                    // Whatever ended the service, the channel closes
+                    // (with the sink's handle): the kernel then fails the
+                    // sends it had queued and takes the port down.
+                    if let Some(d) = driver.upgrade() {
+                        detach(&d);
+                    }
+                })?
         };
         tracing::info!(%addr, ibdev, "kernel device attached");
         Ok(Some(KernelChannel {
@@ -301,10 +313,15 @@ impl Drop for KernelChannel {
             let _ = r.join();
         }
         if let Some(d) = self.driver.upgrade() {
-            d.set_kernel_gsi_sink(None);
-            d.with_engine(|e, _| e.set_kernel_gsi(false));
+            detach(&d);
         }
     }
+}
+
+/// Stop handing datagrams to the kernel (dropping the sink's handle).
+fn detach(driver: &UdpDriver) {
+    driver.set_kernel_gsi_sink(None);
+    driver.with_engine(|e, _| e.set_kernel_gsi(false));
 }
 
 /// The reader: carry out the kernel's sends until told to stop or the
