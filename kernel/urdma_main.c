@@ -95,6 +95,11 @@ static int urdma_newlink(const char *ibdev_name, struct net_device *ndev)
 	addrconf_addr_eui48((unsigned char *)&dev->ibdev.node_guid,
 			    ndev->dev_addr);
 	ib_set_device_ops(&dev->ibdev, &urdma_dev_ops);
+	/*
+	 * Under the NIC's device in sysfs, as an RNIC is: programs find the
+	 * network interface through /sys/class/infiniband/NAME/device/net.
+	 */
+	dev->ibdev.dev.parent = ndev->dev.parent;
 
 	err = ib_device_set_netdev(&dev->ibdev, ndev, 1);
 	if (err)

@@ -6,7 +6,9 @@
 # the root namespace on one end of a veth, the urdma device and its NIC
 # agent in a namespace of their own on the other end (link-local addresses
 # only). Each program runs both ways: rping, ucmatose, udaddy (UD and the
-# kernel's SIDR) and ib_write_bw -R. Then the kernel log must be clean.
+# kernel's SIDR) and ib_write_bw -R; the agent is killed and restarted,
+# the device deleted under it; rdma-core's pyverbs rdma_cm tests run on a
+# urdma device of the VM's virtio NIC. Then the kernel log must be clean.
 # Prints "ok - kcm: NAME" / "FAIL - kcm: NAME" per check.
 set -u
 U=${URDMA:?URDMA names the urdma binary}
@@ -34,6 +36,10 @@ cleanup() {
   rdma link delete rxek 2>/dev/null
   ip link del $DEV_R 2>/dev/null
   ip netns del $NS 2>/dev/null
+  if [ -n "${NIC:-}" ]; then
+    ip addr flush dev "$NIC" 2>/dev/null
+    ip link set "$NIC" down 2>/dev/null
+  fi
   umount /etc/libibverbs.d 2>/dev/null
   umount $PROVIDERS 2>/dev/null
   rmmod urdma 2>/dev/null
@@ -155,8 +161,41 @@ else
   fail "the agent sees the kernel device go and lives on"
   sed 's/^/    agent: /' "$W/agent" | tail -5
 fi
-kill $AGENT
-wait $AGENT 2>/dev/null
+
+# rdma-core's rdma_cm tests (pyverbs), both ends on one urdma device: they
+# need a device whose network interface pyverbs finds through sysfs (a NIC
+# with a parent device), so the device is bound to the VM's virtio NIC,
+# which reaches nothing outside the VM (QEMU's restricted user network).
+# rxe holds UDP 4791 of the root namespace: it goes first.
+rdma link delete rxek 2>/dev/null
+modprobe -r rdma_rxe 2>/dev/null
+modprobe virtio_net 2>/dev/null
+NIC=$(ls /sys/bus/virtio/drivers/virtio_net/*/net 2>/dev/null | head -1)
+if [ -z "$NIC" ]; then
+  fail "pyverbs rdma_cm tests: no virtio NIC in the VM"
+else
+  sysctl -qw net.ipv6.conf."$NIC".disable_ipv6=1
+  ip addr add 169.254.73.1/16 dev "$NIC" && ip link set "$NIC" up &&
+    rdma link add urdmap type urdma netdev "$NIC" || fail "rdma link add urdmap on $NIC"
+  GP=$(for f in /sys/class/infiniband/urdmap/ports/1/gids/*; do
+    [ "$(cat "$f")" = "0000:0000:0000:0000:0000:ffff:a9fe:4901" ] &&
+      [ "$(cat /sys/class/infiniband/urdmap/ports/1/gid_attrs/types/${f##*/})" = "RoCE v2" ] &&
+      echo "${f##*/}"; done | head -1)
+  rm -rf "$W/py" && cp -r /usr/share/doc/rdma-core/tests "$W/py" && gunzip -f "$W"/py/*.gz
+  (cd "$W/py" && timeout -k 5 300 python3 run_tests.py --dev urdmap --gid "${GP:-1}" -v test_rdmacm >"$W/pycm" 2>&1)
+  passed=$(grep -c '\.\.\. ok$' "$W/pycm")
+  summary=$(grep -E '^(Ran|OK|FAILED)' "$W/pycm" | tr '\n' ' ')
+  if [ "$passed" -gt 0 ] && ! grep -Eq '^(ERROR|FAIL): ' "$W/pycm"; then
+    ok "pyverbs rdma_cm tests on urdmap: $passed ok ($summary)"
+  else
+    fail "pyverbs rdma_cm tests on urdmap ($summary)"
+    grep -E '\.\.\. |^(ERROR|FAIL): |Error' "$W/pycm" | head -30 | sed 's/^/    /'
+  fi
+  rdma link delete urdmap
+fi
+
+pkill -f "urdma agent"
+for _ in $(seq 50); do pgrep -f "urdma agent" >/dev/null || break; sleep 0.1; done
 if rmmod urdma; then ok "urdma.ko unloads"; else fail "urdma.ko unloads"; fi
 
 # The kernel log: no warning, no error, no leak report.
