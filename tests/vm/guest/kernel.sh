@@ -76,6 +76,37 @@ for _ in $(seq 1 100); do
 done
 expect "port ACTIVE again with a new agent" '^4: ACTIVE$' cat /sys/class/infiniband/urdma1/ports/1/state
 kill $AGENT; wait $AGENT 2>/dev/null
+# The channel refuses what it cannot take, and a NIC that attaches brings
+# the port up: attach errors, reads and writes of bad messages.
+expect "/dev/urdma channel: attach, bad messages refused" \
+  '^urdma1 EBUSY ENODEV EINVAL 4: ACTIVE EAGAIN ENOTCONN EINVAL EINVAL EINVAL 24 ENOTCONN$' python3 -c '
+import errno, fcntl, os, socket, struct
+ATTACH = (3 << 30) | (72 << 16) | (0xb5 << 8) | 3
+def attach(f, ifindex, reserved=0):
+    buf = bytearray(struct.pack("II64s", ifindex, reserved, b""))
+    fcntl.ioctl(f, ATTACH, buf)
+    return buf[8:].split(b"\0")[0].decode()
+def err(fn):
+    try:
+        r = fn()
+        return str(r)
+    except OSError as e:
+        return errno.errorcode[e.errno]
+idx = socket.if_nametoindex("urdmad0")
+a = os.open("/dev/urdma", os.O_RDWR | os.O_NONBLOCK)
+b = os.open("/dev/urdma", os.O_RDWR)
+out = [attach(a, idx), err(lambda: attach(b, idx)), err(lambda: attach(b, 999999)),
+       err(lambda: attach(b, idx, 1)),
+       open("/sys/class/infiniband/urdma1/ports/1/state").read().strip(),
+       err(lambda: os.read(a, 4096)), err(lambda: os.read(b, 4096))]
+hdr = lambda t, n, qpn=1: struct.pack("=HHI", t, n, qpn)
+out.append(err(lambda: os.write(a, hdr(2, 13) + bytes(16))))
+out.append(err(lambda: os.write(a, hdr(9, 24) + bytes(16))))
+recv = hdr(3, 80) + bytes(40) + struct.pack("=IIHHIII", 1, 2, 0, 0, 0, 5000, 0x80010000) + bytes(8)
+out.append(err(lambda: os.write(a, recv)))
+out.append(err(lambda: os.write(a, hdr(2, 24) + struct.pack("=QII", 12345, 0, 0))))
+out.append(err(lambda: os.write(b, hdr(2, 24) + bytes(16))))
+print(" ".join(out))'
 expect "second device on the same netdev refused" 'exist|File exists|rc=[1-9]' sh -c 'rdma link add urdma9 type urdma netdev lo; echo rc=$?'
 check "rdma link delete" rdma link delete urdma0
 expect "deleted device is gone" '^$' sh -c 'rdma link show | grep urdma0'
