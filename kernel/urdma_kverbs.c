@@ -428,6 +428,15 @@ static int urdma_ksend_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 	send.signaled = qp->sq_sig_type == IB_SIGNAL_ALL_WR ||
 			(wr->send_flags & IB_SEND_SIGNALED);
 	spin_lock_irqsave(&k->lock, flags);
+	/*
+	 * Checked again under the lock that a move to ERR flushes under: a
+	 * send is either refused here or flushed there.
+	 */
+	if (READ_ONCE(qp->attr.qp_state) != IB_QPS_RTS) {
+		spin_unlock_irqrestore(&k->lock, flags);
+		kfree(km);
+		return -EINVAL;
+	}
 	if (k->sq_count == k->sq_size) {
 		spin_unlock_irqrestore(&k->lock, flags);
 		kfree(km);
@@ -491,6 +500,8 @@ static int urdma_krecv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
 	r->num_sge = wr->num_sge;
 	memcpy(r->sge, wr->sg_list, wr->num_sge * sizeof(r->sge[0]));
 	k->rq_count++;
+	/* As for sends: a QP that moved to ERR meanwhile flushes it too. */
+	state = READ_ONCE(qp->attr.qp_state);
 	spin_unlock_irqrestore(&k->lock, flags);
 
 	if (state == IB_QPS_ERR)
