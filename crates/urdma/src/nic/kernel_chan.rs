@@ -187,19 +187,11 @@ pub fn ud_recv(qpn: u32, d: &GsiDatagram) -> Vec<u8> {
 
 /// The index of the network interface that holds `addr`, if any.
 fn ifindex_of(addr: IpAddr) -> Option<u32> {
-    let addrs = nix::ifaddrs::getifaddrs().ok()?;
-    for a in addrs {
-        let Some(sa) = a.address else { continue };
-        let ip = match (sa.as_sockaddr_in(), sa.as_sockaddr_in6()) {
-            (Some(v4), _) => IpAddr::V4(v4.ip()),
-            (_, Some(v6)) => IpAddr::V6(v6.ip()),
-            _ => continue,
-        };
-        if ip == addr {
-            return nix::net::if_::if_nametoindex(a.interface_name.as_str()).ok();
-        }
-    }
-    None
+    if_addrs::get_if_addrs()
+        .ok()?
+        .into_iter()
+        .find(|itf| itf.ip() == addr)
+        .and_then(|itf| itf.index)
 }
 
 /// An attached channel; dropping it detaches (the kernel's QP 1 then has
