@@ -64,14 +64,7 @@ impl CmRoutes {
 
     /// The services `session` listens on.
     pub fn services_of(&self, session: u64) -> Vec<u64> {
-        let mut v: Vec<u64> = self
-            .listeners
-            .iter()
-            .filter(|(_, o)| o.0 == session)
-            .map(|(&s, _)| s)
-            .collect();
-        v.sort_unstable();
-        v
+        owned_by(&self.listeners, session)
     }
 
     /// Connection `id` belongs to `session`; events that came before are
@@ -88,13 +81,7 @@ impl CmRoutes {
 
     /// Forget what `session` owns; answers its connections.
     pub fn release(&mut self, session: u64) -> Vec<ConnId> {
-        let mut conns: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, o)| o.0 == session)
-            .map(|(&id, _)| id)
-            .collect();
-        conns.sort_unstable();
+        let conns = owned_by(&self.conns, session);
         for id in &conns {
             self.conns.remove(id);
         }
@@ -128,4 +115,15 @@ impl CmRoutes {
             self.conns.remove(&id);
         }
     }
+}
+
+/// The keys of `map` that `session` owns, in order.
+fn owned_by<K: Copy + Ord>(map: &HashMap<K, Owner>, session: u64) -> Vec<K> {
+    let mut keys: Vec<K> = map
+        .iter()
+        .filter(|(_, o)| o.0 == session)
+        .map(|(&k, _)| k)
+        .collect();
+    keys.sort_unstable();
+    keys
 }
