@@ -291,11 +291,6 @@ impl KernelChannel {
             driver: Arc::downgrade(driver),
         }))
     }
-
-    /// The kernel device's name.
-    pub fn ibdev(&self) -> &str {
-        &self.ibdev
-    }
 }
 
 impl Drop for KernelChannel {
