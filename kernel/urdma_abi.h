@@ -66,6 +66,34 @@ struct urdma_attach {
 #define URDMA_IOC_CQ_EVENT	_IOW(URDMA_IOC_MAGIC, 1, struct urdma_cq_event)
 #define URDMA_IOC_EVENT		_IOW(URDMA_IOC_MAGIC, 2, struct urdma_event)
 #define URDMA_IOC_ATTACH	_IOWR(URDMA_IOC_MAGIC, 3, struct urdma_attach)
+#define URDMA_IOC_DMA		_IOW(URDMA_IOC_MAGIC, 4, struct urdma_dma)
+
+/*
+ * URDMA_IOC_DMA, on an attached NIC file: the NIC reads (@write 0) or
+ * writes (@write 1) @len bytes of the kernel MR @key at its address @iova,
+ * from or into the NIC's buffer @buf. The kernel checks the range against
+ * the MR as it is now (a DMA MR: kernel memory of the linear map; a
+ * fast-registration MR: its registered pages while valid). Errors:
+ * ENOTCONN (not attached), ENOENT (no such key), EACCES (an MR not valid
+ * now), EFAULT (outside the MR, or a bad @buf), EINVAL (@len above
+ * URDMA_DMA_MAX or a non-zero @reserved).
+ */
+struct urdma_dma {
+	__u64 iova;
+	__u64 buf;
+	__u32 len;
+	__u32 key;
+	__u32 write;
+	__u32 reserved;
+};
+
+#define URDMA_DMA_MAX		(1 << 20)
+
+/*
+ * Keys of kernel MRs: this top byte, then an index (16 bits), then the
+ * consumer's variable byte. The NIC never gives its own MRs such keys.
+ */
+#define URDMA_KERNEL_KEY_TAG	0xfe
 
 /*
  * Every message starts with this header: its type, its whole length in
@@ -82,6 +110,12 @@ enum urdma_msg_type {
 	URDMA_MSG_UD_SEND = 1,	/* kernel to NIC: struct urdma_msg_ud_send */
 	URDMA_MSG_SEND_DONE = 2,	/* NIC to kernel: struct urdma_msg_send_done */
 	URDMA_MSG_UD_RECV = 3,	/* NIC to kernel: struct urdma_msg_ud_recv */
+	URDMA_MSG_REQUEST = 4,	/* kernel to NIC: struct urdma_msg_request */
+	URDMA_MSG_REPLY = 5,	/* NIC to kernel: struct urdma_msg_reply */
+	URDMA_MSG_POST = 6,	/* kernel to NIC: struct urdma_msg_post */
+	URDMA_MSG_WC = 7,	/* NIC to kernel: struct urdma_msg_wc */
+	URDMA_MSG_MR = 8,	/* kernel to NIC: struct urdma_msg_mr */
+	URDMA_MSG_QP_EVENT = 9,	/* NIC to kernel: struct urdma_msg_qp_event */
 };
 
 /* Flags of a datagram. */
@@ -139,6 +173,148 @@ struct urdma_msg_ud_recv {
 	__be32 imm;
 	__u32 length;
 	__u32 qkey;
+};
+
+/* Commands of a URDMA_MSG_REQUEST. */
+enum urdma_request_op {
+	URDMA_REQ_CREATE_QP = 1,
+	URDMA_REQ_MODIFY_QP = 2,
+	URDMA_REQ_DESTROY_QP = 3,
+};
+
+/*
+ * A command about a kernel RC QP, answered by a URDMA_MSG_REPLY with the
+ * same @seq. CREATE_QP: a QP in the kernel PD @pd with the capacities
+ * given (@hdr.qpn is 0; the reply's @value is the QP's number). MODIFY_QP:
+ * the QP @hdr.qpn takes the attributes @mask (enum ib_qp_attr_mask) names,
+ * with the values of enum ib_qp_state, ib_mtu and ib_access_flags, and the
+ * path to @dgid. DESTROY_QP: the QP @hdr.qpn ends.
+ */
+struct urdma_msg_request {
+	struct urdma_msg_hdr hdr;
+	__u32 seq;
+	__u32 op;
+	__u32 pd;
+	__u32 max_send_wr;
+	__u32 max_recv_wr;
+	__u32 max_send_sge;
+	__u32 max_recv_sge;
+	__u32 mask;
+	__u32 qp_state;
+	__u32 cur_qp_state;
+	__u32 path_mtu;
+	__u32 qkey;
+	__u32 rq_psn;
+	__u32 sq_psn;
+	__u32 dest_qp_num;
+	__u32 access;
+	__u32 flow_label;
+	__u8 max_rd_atomic;
+	__u8 max_dest_rd_atomic;
+	__u8 min_rnr_timer;
+	__u8 timeout;
+	__u8 retry_cnt;
+	__u8 rnr_retry;
+	__u8 hop_limit;
+	__u8 traffic_class;
+	__u8 dgid[16];
+};
+
+/* The answer to request @seq: 0 or a positive errno, and a value. */
+struct urdma_msg_reply {
+	struct urdma_msg_hdr hdr;
+	__u32 seq;
+	__u32 status;
+	__u32 value;
+	__u32 reserved;
+};
+
+/* Operations of a URDMA_MSG_POST send. */
+enum urdma_post_op {
+	URDMA_OP_SEND = 0,
+	URDMA_OP_SEND_IMM = 1,
+	URDMA_OP_SEND_INV = 2,
+	URDMA_OP_WRITE = 3,
+	URDMA_OP_WRITE_IMM = 4,
+	URDMA_OP_READ = 5,
+};
+
+#define URDMA_POST_RECV		(1 << 0)	/* a receive, else a send */
+#define URDMA_POST_SOLICITED	(1 << 1)
+
+/* A buffer of a work request: a kernel MR's key and a range of it. */
+struct urdma_msg_sge {
+	__u64 addr;
+	__u32 length;
+	__u32 lkey;
+};
+
+/*
+ * A work request of kernel RC QP @hdr.qpn: @seq counts the QP's sends
+ * (or receives) from 0 and the NIC names it in the completion. @ex is the
+ * immediate data (network order) or the R_Key to invalidate. @num_sge
+ * buffers follow.
+ */
+struct urdma_msg_post {
+	struct urdma_msg_hdr hdr;
+	__u32 seq;
+	__u16 flags;
+	__u8 opcode;
+	__u8 num_sge;
+	__u64 remote_addr;
+	__u32 rkey;
+	__u32 ex;
+	struct urdma_msg_sge sge[];
+};
+
+#define URDMA_WC_IMM		(1 << 0)	/* @ex is immediate data */
+#define URDMA_WC_INV		(1 << 1)	/* @ex is the invalidated R_Key */
+
+/*
+ * The completion of work request @seq (a receive if @recv) of kernel QP
+ * @hdr.qpn. @status and @opcode are enum ib_wc_status and ib_wc_opcode.
+ * Every work request of a kernel RC QP completes, in order per queue.
+ */
+struct urdma_msg_wc {
+	struct urdma_msg_hdr hdr;
+	__u32 seq;
+	__u32 recv;
+	__u32 status;
+	__u32 opcode;
+	__u32 byte_len;
+	__u32 vendor_err;
+	__u32 ex;
+	__u32 flags;
+};
+
+/* What a URDMA_MSG_MR says of a kernel MR. */
+enum urdma_mr_op {
+	URDMA_MR_DMA = 1,	/* a DMA MR exists: all of kernel memory */
+	URDMA_MR_FAST = 2,	/* a fast-registration MR exists, not valid */
+	URDMA_MR_REGISTER = 3,	/* it is valid: @key, @iova, @length, @access */
+	URDMA_MR_INVALIDATE = 4,	/* it is not valid any more */
+	URDMA_MR_REMOVE = 5,	/* it is gone */
+};
+
+/*
+ * A kernel MR's life: @op on the MR whose key is @key (for REGISTER, the
+ * key it has from now on; the index bits stay) in the kernel PD @pd.
+ */
+struct urdma_msg_mr {
+	struct urdma_msg_hdr hdr;
+	__u32 op;
+	__u32 key;
+	__u32 pd;
+	__u32 access;
+	__u64 iova;
+	__u64 length;
+};
+
+/* An asynchronous event @event (enum ib_event_type) of kernel QP @hdr.qpn. */
+struct urdma_msg_qp_event {
+	struct urdma_msg_hdr hdr;
+	__u32 event;
+	__u32 reserved;
 };
 
 /*

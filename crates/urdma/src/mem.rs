@@ -15,6 +15,7 @@
 
 use std::alloc::{self, Layout};
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,6 +59,56 @@ struct ProcessMem {
     base: u64,
 }
 
+/// Memory of a kernel MR, reached through the kernel channel's
+/// `URDMA_IOC_DMA`: the kernel checks every access against the MR.
+#[derive(Debug)]
+struct KernelMem {
+    chan: Arc<File>,
+    key: u32,
+    /// I/O address of the first byte.
+    iova: u64,
+}
+
+/// `struct urdma_dma` of `kernel/urdma_abi.h`.
+#[repr(C)]
+struct DmaCmd {
+    iova: u64,
+    buf: u64,
+    len: u32,
+    key: u32,
+    write: u32,
+    reserved: u32,
+}
+
+nix::ioctl_write_ptr!(ioc_dma, 0xb5, 4, DmaCmd);
+
+/// Most bytes one `URDMA_IOC_DMA` moves (`URDMA_DMA_MAX`).
+const DMA_MAX: usize = 1 << 20;
+
+impl KernelMem {
+    /// Move `len` bytes at `offset` between the MR and `buf`.
+    fn access(&self, offset: usize, buf: *mut u8, len: usize, write: bool) -> Result<(), MemError> {
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(DMA_MAX);
+            let cmd = DmaCmd {
+                iova: self.iova.wrapping_add((offset + done) as u64),
+                buf: buf as u64 + done as u64,
+                len: n as u32,
+                key: self.key,
+                write: u32::from(write),
+                reserved: 0,
+            };
+            // SAFETY: the command is a live struct of the layout the
+            // ioctl number encodes; the kernel copies `n` bytes from or
+            // into `buf + done`, which the caller's slice covers.
+            unsafe { ioc_dma(self.chan.as_raw_fd(), &cmd) }.map_err(|_| MemError::Unreachable)?;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
 /// A contiguous range of memory that the engine may read and write.
 pub struct MemRegion {
     ptr: NonNull<u8>,
@@ -67,6 +118,8 @@ pub struct MemRegion {
     lock: RwLock<()>,
     /// Set for memory of another process; `ptr` is then unused.
     process: Option<ProcessMem>,
+    /// Set for memory of a kernel MR; `ptr` is then unused.
+    kernel: Option<KernelMem>,
     /// Shared memory the region lies in (`ptr` is its base), unmapped
     /// with the region.
     mapping: Option<crate::shm::SharedMapping>,
@@ -137,8 +190,20 @@ impl MemRegion {
             valid: AtomicBool::new(true),
             lock: RwLock::new(()),
             process: None,
+            kernel: None,
             mapping: None,
         }
+    }
+
+    /// The kernel MR `key` of the kernel channel `chan`: `len` bytes from
+    /// I/O address `iova` (`usize::MAX` for a DMA MR, all of kernel
+    /// memory). Every access is a `URDMA_IOC_DMA` on `chan`, which the
+    /// kernel checks against the MR as it is at that moment; atomics are
+    /// refused ([`MemError::Unreachable`]).
+    pub fn in_kernel(chan: Arc<File>, key: u32, iova: u64, len: usize) -> Self {
+        let mut r = Self::with_ptr(NonNull::dangling(), len, false);
+        r.kernel = Some(KernelMem { chan, key, iova });
+        r
     }
 
     /// Allocate a zeroed region of `len` bytes in shared memory (a sealed
@@ -179,9 +244,10 @@ impl MemRegion {
 
     /// Address of the first byte (for reporting; never dereference it outside this module).
     pub fn addr(&self) -> usize {
-        match &self.process {
-            Some(p) => p.base as usize,
-            None => self.ptr.as_ptr() as usize,
+        match (&self.process, &self.kernel) {
+            (Some(p), _) => p.base as usize,
+            (_, Some(k)) => k.iova as usize,
+            _ => self.ptr.as_ptr() as usize,
         }
     }
 
@@ -217,6 +283,9 @@ impl MemRegion {
                 .mem
                 .read_exact_at(dst, p.base + offset as u64)
                 .map_err(|_| MemError::Unreachable);
+        }
+        if let Some(k) = &self.kernel {
+            return k.access(offset, dst.as_mut_ptr(), dst.len(), false);
         }
         // SAFETY: check() proved offset + len <= self.len, and the region is
         // valid for self.len bytes; dst is a distinct Rust buffer.
@@ -254,6 +323,10 @@ impl MemRegion {
                 .write_all_at(src, p.base + offset as u64)
                 .map_err(|_| MemError::Unreachable);
         }
+        if let Some(k) = &self.kernel {
+            // The kernel only reads from the buffer.
+            return k.access(offset, src.as_ptr().cast_mut(), src.len(), true);
+        }
         // SAFETY: bounds checked above; src is a distinct Rust buffer.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
@@ -263,6 +336,9 @@ impl MemRegion {
 
     fn atomic_at(&self, offset: usize) -> Result<&AtomicU64, MemError> {
         self.check(offset, 8)?;
+        if self.kernel.is_some() {
+            return Err(MemError::Unreachable);
+        }
         // SAFETY: offset + 8 <= len was checked.
         let p = unsafe { self.ptr.as_ptr().add(offset) };
         if !(p as usize).is_multiple_of(8) {

@@ -25,6 +25,9 @@ pub struct MrEntry {
     pub iova: u64,
     /// The memory.
     pub mem: MemRegion,
+    /// A peer's SEND with invalidate may end the region (a kernel
+    /// fast-registration MR); other regions refuse it.
+    pub invalidatable: bool,
     /// Byte ranges handed to the engine as local buffers of posted work
     /// requests, still in flight (start, end).
     inflight: Mutex<Vec<(usize, usize)>>,
@@ -57,6 +60,7 @@ impl MrEntry {
             access,
             iova,
             mem,
+            invalidatable: false,
             inflight: Mutex::new(Vec::new()),
         }
     }

@@ -25,8 +25,8 @@ pub(crate) mod wqe;
 
 pub use counters::{Counter, Counters};
 pub use objects::{
-    check_recv_request, check_recv_sges, check_send_request, RecvRequest, SendData, SendLimits,
-    SendRequest, SgEntry,
+    check_recv_request, check_recv_sges, check_send_request, is_kernel_key, RecvRequest, SendData,
+    SendLimits, SendRequest, SgEntry, KERNEL_KEY_TAG,
 };
 pub use srq::SrqAttr;
 pub use wqe::{SendOp, UdDest};

@@ -173,7 +173,13 @@ fn request_repr(
     let (kind, imm) = wqe.op.wire_kind();
     let last = seg.position.ends_message();
     let imm = imm.filter(|_| last);
-    let opcode = Opcode::find(t, kind, seg.position, imm.is_some())?;
+    let ieth = wqe.op.invalidates().filter(|_| last);
+    let opcode = match (ieth, seg.position) {
+        (Some(_), Position::Last) if t == Transport::Rc => Opcode::RcSendLastInv,
+        (Some(_), Position::Only) if t == Transport::Rc => Opcode::RcSendOnlyInv,
+        (Some(_), _) => return None,
+        (None, _) => Opcode::find(t, kind, seg.position, imm.is_some())?,
+    };
     let info = opcode.info();
     let mut repr = PacketRepr::new(Bth { opcode, ..bth });
     repr.bth.solicited = info.has_payload && last && wqe.solicited;
@@ -206,6 +212,9 @@ fn request_repr(
     }
     if info.has_immdt {
         repr.immdt = imm;
+    }
+    if info.has_ieth {
+        repr.ieth = ieth;
     }
     Some(repr)
 }

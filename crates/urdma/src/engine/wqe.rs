@@ -12,6 +12,8 @@ pub enum SendOp {
     Send,
     /// SEND with immediate data
     SendImm(u32),
+    /// SEND that invalidates the peer's R_Key (RC only)
+    SendInv(u32),
     /// RDMA WRITE
     Write,
     /// RDMA WRITE with immediate data
@@ -36,7 +38,7 @@ impl SendOp {
     /// The completion opcode of this operation.
     pub fn wc_opcode(self) -> WcOpcode {
         match self {
-            SendOp::Send | SendOp::SendImm(_) => WcOpcode::Send,
+            SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_) => WcOpcode::Send,
             SendOp::Write | SendOp::WriteImm(_) => WcOpcode::RdmaWrite,
             SendOp::Read => WcOpcode::RdmaRead,
             SendOp::CompSwap { .. } => WcOpcode::CompSwap,
@@ -62,6 +64,7 @@ impl SendOp {
         match self {
             SendOp::Send => (OpKind::Send, None),
             SendOp::SendImm(imm) => (OpKind::Send, Some(imm)),
+            SendOp::SendInv(_) => (OpKind::Send, None),
             SendOp::Write => (OpKind::Write, None),
             SendOp::WriteImm(imm) => (OpKind::Write, Some(imm)),
             SendOp::Read => (OpKind::ReadRequest, None),
@@ -81,7 +84,15 @@ impl SendOp {
 
     /// True if the operation names remote memory.
     pub fn has_remote(self) -> bool {
-        !matches!(self, SendOp::Send | SendOp::SendImm(_))
+        !matches!(self, SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_))
+    }
+
+    /// The R_Key a SEND with invalidate names.
+    pub fn invalidates(self) -> Option<u32> {
+        match self {
+            SendOp::SendInv(rkey) => Some(rkey),
+            _ => None,
+        }
     }
 }
 

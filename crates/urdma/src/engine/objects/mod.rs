@@ -69,6 +69,15 @@ pub struct RecvRequest {
     pub sges: Vec<SgEntry>,
 }
 
+/// Top byte of the keys of kernel MRs (`URDMA_KERNEL_KEY_TAG`): the
+/// engine never gives its own regions such keys.
+pub const KERNEL_KEY_TAG: u32 = 0xfe;
+
+/// True for a key of the kernel's key space.
+pub fn is_kernel_key(key: u32) -> bool {
+    key >> 24 == KERNEL_KEY_TAG
+}
+
 /// Largest message (2^31 bytes, as IBTA allows).
 pub const MAX_MSG_SIZE: usize = 1 << 31;
 
@@ -126,12 +135,42 @@ impl Engine {
         }
         let key = loop {
             let k: u32 = self.rng.gen();
-            if k != 0 && !self.mrs.contains_key(&k) {
+            if k != 0 && !is_kernel_key(k) && !self.mrs.contains_key(&k) {
                 break k;
             }
         };
         let entry = Arc::new(MrEntry::new(key, pd, access, iova, mem));
         self.mrs.insert(key, entry.clone());
+        Ok(entry)
+    }
+
+    /// Register a kernel MR under the key the kernel gave it (one with
+    /// [`KERNEL_KEY_TAG`] as its top byte), replacing any region under that
+    /// key. `invalidatable`: a peer's SEND with invalidate may end it.
+    pub fn insert_kernel_mr(
+        &mut self,
+        key: u32,
+        pd: u32,
+        access: AccessFlags,
+        iova: u64,
+        mem: MemRegion,
+        invalidatable: bool,
+    ) -> Result<Arc<MrEntry>> {
+        if !is_kernel_key(key) {
+            return Err(Error::inval(format!("{key:#x} is not a kernel key")));
+        }
+        if !self.pds.contains(&pd) {
+            return Err(Error::NotFound(format!("pd {pd}")));
+        }
+        if iova.checked_add(mem.len() as u64).is_none() && mem.len() != usize::MAX {
+            return Err(Error::inval("iova + length overflows"));
+        }
+        let mut entry = MrEntry::new(key, pd, access, iova, mem);
+        entry.invalidatable = invalidatable;
+        let entry = Arc::new(entry);
+        if let Some(old) = self.mrs.insert(key, entry.clone()) {
+            old.mem.invalidate();
+        }
         Ok(entry)
     }
 
@@ -465,6 +504,9 @@ pub fn check_recv_sges(wr: &RecvRequest, max_sge: u32) -> Result<()> {
 pub fn check_send_request(q: &SendLimits, wr: &SendRequest) -> Result<usize> {
     let op = wr.op;
     match q.qp_type {
+        QpType::Uc | QpType::Ud if op.invalidates().is_some() => {
+            return Err(Error::inval("SEND with invalidate needs an RC QP"))
+        }
         QpType::Uc if op.is_read_or_atomic() => {
             return Err(Error::inval("UC QPs support only SEND and RDMA WRITE"))
         }

@@ -150,7 +150,6 @@ pub(super) fn opcode(qp: &QpCtx, pkt: &Packet<'_>) -> Result<Op, RespError> {
     let r = &pkt.repr;
     let rc = qp.qp_type == QpType::Rc;
     let (op, need) = match info.kind {
-        OpKind::Send if info.has_ieth => return Err(RespError::InvalidRequest),
         OpKind::Send => (Op::Send, AccessFlags::empty()),
         OpKind::Write if starts_message(info) => {
             (Op::Write(Some(header(r.reth)?)), AccessFlags::REMOTE_WRITE)

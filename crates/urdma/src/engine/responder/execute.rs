@@ -9,7 +9,7 @@ use crate::engine::qp::{QpCtx, RdAtomicRecord, WriteCtx};
 use crate::engine::wqe::RecvWqe;
 use crate::engine::{psn, srq, Ctx};
 use crate::mr::scatter;
-use crate::types::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::types::{AsyncEventKind, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use urdma_wire::{AtomicEth, Packet};
 
 /// READ/atomic requests remembered for duplicates, at least.
@@ -63,10 +63,36 @@ fn complete_recv(
     byte_len: usize,
     pkt: &Packet<'_>,
 ) {
-    let wc = recv_wc(qp, &wqe, opcode, byte_len, qp.attr.dest_qp_num, pkt);
+    let mut wc = recv_wc(qp, &wqe, opcode, byte_len, qp.attr.dest_qp_num, pkt);
     // Release the buffers before the completion becomes visible.
     drop(wqe);
-    qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
+    let Some(rkey) = pkt.repr.ieth else {
+        qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
+        return;
+    };
+    if invalidate(qp, cx, rkey) {
+        wc.invalidated_rkey = rkey;
+        wc.wc_flags |= WcFlags::WITH_INV;
+        qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
+    } else {
+        // The R_Key names no region of the QP's PD that may be ended:
+        // the receive fails and the QP with it (as a class J error).
+        wc.status = WcStatus::RemInvReqErr;
+        qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
+        qp.enter_error(cx, Some(AsyncEventKind::QpFatal));
+    }
+}
+
+/// End the region `rkey` names for a peer's SEND with invalidate; false if
+/// it is not a region of the QP's PD that allows it.
+fn invalidate(qp: &QpCtx, cx: &Ctx<'_>, rkey: u32) -> bool {
+    match cx.mrs.get(&rkey) {
+        Some(mr) if mr.pd == qp.pd && mr.invalidatable && mr.rkey == rkey => {
+            mr.mem.invalidate();
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The packet `p` is executed: expect the next one, and count a message
