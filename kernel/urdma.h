@@ -16,11 +16,13 @@
 
 #define URDMA_UVERBS_ABI_VERSION	1
 #define URDMA_GID_TABLE_LEN		32
-#define URDMA_KQP_MAX_SGE		4	/* per work request of a kernel QP */
+#define URDMA_KQP_MAX_SGE		4	/* per work request of the GSI QP */
+#define URDMA_MAX_FAST_REG_PAGES	512	/* pages of a fast-registration MR */
 
 struct urdma_chan;
 struct urdma_kcq;
 struct urdma_kqp;
+struct urdma_krc;
 
 struct urdma_dev {
 	struct ib_device ibdev;
@@ -39,6 +41,12 @@ struct urdma_dev {
 	struct xarray kmrs;		/* kernel MRs by key index */
 	u32 next_kmr;
 	atomic64_t next_handle;		/* of kernel sends, never reused */
+	struct xarray kqps;		/* kernel RC QPs by number; changes
+					 * under the channel lock */
+	struct list_head requests;	/* waiting for the NIC's answer,
+					 * under kernel_lock */
+	u32 next_request;
+	atomic_t next_pd;		/* kernel PD numbers */
 };
 
 static inline struct urdma_dev *to_urdma(struct ib_device *ibdev)
@@ -52,7 +60,13 @@ struct urdma_ucontext {
 
 struct urdma_pd {
 	struct ib_pd ibpd;
+	u32 id;				/* a kernel PD's number for the NIC */
 };
+
+static inline struct urdma_pd *to_urdma_pd(struct ib_pd *ibpd)
+{
+	return container_of(ibpd, struct urdma_pd, ibpd);
+}
 
 struct urdma_cq {
 	struct ib_cq ibcq;
@@ -72,7 +86,8 @@ struct urdma_qp {
 	struct ib_qp_attr attr;		/* as the last modify_qp left it */
 	struct ib_qp_cap cap;
 	enum ib_sig_type sq_sig_type;
-	struct urdma_kqp *k;		/* a kernel QP's queues, else NULL */
+	struct urdma_kqp *k;		/* the GSI QP's queues, else NULL */
+	struct urdma_krc *rc;		/* a kernel RC QP's queues, else NULL */
 };
 
 static inline struct urdma_qp *to_urdma_qp(struct ib_qp *ibqp)
@@ -96,14 +111,29 @@ static inline struct urdma_ah *to_urdma_ah(struct ib_ah *ibah)
 }
 
 /*
- * An MR: a kernel DMA MR (kernel virtual addresses, local access), or the
- * kernel's record of a user MR that the NIC registered (@user).
+ * An MR: a kernel DMA MR (kernel virtual addresses), a kernel
+ * fast-registration MR (@fast), or the kernel's record of a user MR that
+ * the NIC registered (@user).
  */
 struct urdma_mr {
 	struct ib_mr ibmr;
 	struct rcu_head rcu;
 	bool user;
+	bool fast;
+	spinlock_t lock;		/* guards what follows and the keys */
+	bool valid;			/* a DMA MR, or a registered fast one */
+	u32 access;
+	u64 iova, length;		/* the registered range */
+	u32 page_shift;			/* of the registered pages */
+	u32 reg_pages;			/* pages registered */
+	u32 npages, max_pages;		/* pages mapped, room for pages */
+	u64 *pages;			/* kernel addresses of the pages */
 };
+
+static inline struct urdma_mr *to_urdma_mr(struct ib_mr *ibmr)
+{
+	return container_of(ibmr, struct urdma_mr, ibmr);
+}
 
 struct urdma_srq {
 	struct ib_srq ibsrq;
@@ -143,12 +173,16 @@ ssize_t urdma_chan_write(struct urdma_chan *chan, const char __user *buf,
 __poll_t urdma_chan_poll(struct urdma_chan *chan, struct file *file,
 			 poll_table *wait);
 int urdma_chan_queue(struct urdma_dev *dev, struct urdma_kmsg *m);
+struct urdma_kmsg *urdma_kmsg_alloc(u32 len, gfp_t gfp);
+long urdma_chan_dma(struct urdma_chan *chan, void __user *arg);
 void urdma_chan_device_gone(struct urdma_dev *dev);
 void urdma_chan_lock(void);
 void urdma_chan_unlock(void);
 
 /* urdma_kverbs.c: kernel CQs, QPs, AHs and MRs. */
 int urdma_create_kcq(struct urdma_cq *cq, const struct ib_cq_init_attr *attr);
+bool urdma_kcq_add(struct urdma_cq *cq, const struct ib_wc *wc, bool solicited);
+void urdma_kcq_fire(struct urdma_cq *cq);
 void urdma_destroy_kcq(struct urdma_cq *cq);
 int urdma_poll_kcq(struct urdma_cq *cq, int n, struct ib_wc *wc);
 int urdma_notify_kcq(struct urdma_cq *cq, enum ib_cq_notify_flags flags);
@@ -165,9 +199,33 @@ void urdma_kqp_nic_gone(struct urdma_dev *dev);
 int urdma_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
 		    struct ib_udata *udata);
 int urdma_destroy_ah(struct ib_ah *ibah, u32 flags);
-struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access);
 struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 				u64 iova, int access, struct ib_udata *udata);
+
+/* urdma_krc.c: kernel RC QPs, held by the NIC. */
+int urdma_create_krc(struct urdma_dev *dev, struct urdma_qp *qp,
+		     struct ib_qp_init_attr *init);
+void urdma_destroy_krc(struct urdma_dev *dev, struct urdma_qp *qp);
+int urdma_modify_krc(struct urdma_qp *qp, struct ib_qp_attr *attr, int mask);
+int urdma_post_krc_send(struct urdma_qp *qp, const struct ib_send_wr *wr,
+			const struct ib_send_wr **bad_wr);
+int urdma_post_krc_recv(struct urdma_qp *qp, const struct ib_recv_wr *wr,
+			const struct ib_recv_wr **bad_wr);
+int urdma_krc_deliver(struct urdma_dev *dev, const void *msg, u32 len);
+void urdma_krc_nic_gone(struct urdma_dev *dev);
+
+/* urdma_kmr.c: kernel MRs and the NIC's access to them. */
+struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access);
+struct ib_mr *urdma_alloc_mr(struct ib_pd *pd, enum ib_mr_type type,
+			     u32 max_num_sg);
+int urdma_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int n,
+		    unsigned int *sg_offset);
 int urdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+enum ib_wc_status urdma_kmr_register(struct urdma_qp *qp,
+				     const struct ib_reg_wr *reg);
+enum ib_wc_status urdma_kmr_invalidate(struct urdma_qp *qp, u32 key);
+void urdma_kmr_invalidated(struct urdma_dev *dev, u32 key);
+void urdma_kmr_replay(struct urdma_dev *dev);
+long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg);
 
 #endif /* URDMA_H */

@@ -87,6 +87,7 @@ void urdma_chan_release(struct urdma_chan *chan)
 	if (dev) {
 		urdma_chan_detach(chan, dev);
 		urdma_kqp_nic_gone(dev);
+		urdma_krc_nic_gone(dev);
 		pr_info("urdma: %s: the NIC left\n", dev_name(&dev->ibdev.dev));
 		if (ib_device_try_get(&dev->ibdev))
 			held = dev;
@@ -151,6 +152,8 @@ long urdma_chan_attach(struct urdma_chan *chan, void __user *arg)
 	if (!err) {
 		chan->dev = dev;
 		chan->attached = true;
+		/* The NIC learns of the kernel MRs before anything else. */
+		urdma_kmr_replay(dev);
 		memset(a.ibdev, 0, sizeof(a.ibdev));
 		strscpy(a.ibdev, dev_name(&dev->ibdev.dev), sizeof(a.ibdev));
 		pr_info("urdma: %s: a NIC attached\n", a.ibdev);
@@ -191,6 +194,20 @@ int urdma_chan_queue(struct urdma_dev *dev, struct urdma_kmsg *m)
 			wake_up_interruptible(&chan->wait);
 	}
 	spin_unlock_irqrestore(&dev->kernel_lock, flags);
+	return err;
+}
+
+/* URDMA_IOC_DMA: the attached NIC reaches a kernel MR. */
+long urdma_chan_dma(struct urdma_chan *chan, void __user *arg)
+{
+	long err;
+
+	mutex_lock(&urdma_chan_mutex);
+	if (chan->dev)
+		err = urdma_kmr_dma(chan->dev, arg);
+	else
+		err = chan->attached ? -ENODEV : -ENOTCONN;
+	mutex_unlock(&urdma_chan_mutex);
 	return err;
 }
 

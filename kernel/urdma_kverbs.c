@@ -31,6 +31,8 @@ struct urdma_kcq {
 	u32 count;		/* completions held */
 	u8 notify;		/* armed: IB_CQ_NEXT_COMP, IB_CQ_SOLICITED or 0 */
 	bool overflowed;
+	bool fire_pending;	/* the handler is due */
+	bool overflow_pending;	/* an overflow is to be reported */
 };
 
 /* A send the NIC has not completed yet. */
@@ -82,20 +84,25 @@ void urdma_destroy_kcq(struct urdma_cq *cq)
 	cq->k = NULL;
 }
 
-/* Queue @wc on @cq, then run its completion handler if it was armed. */
-static void urdma_kcq_push(struct urdma_cq *cq, const struct ib_wc *wc,
-			   bool solicited)
+/*
+ * Queue @wc on @cq (any context, other locks may be held). True if the
+ * CQ's handler is due: the caller then runs urdma_kcq_fire() with no lock
+ * held. An overflow is remembered for urdma_kcq_fire() to report.
+ */
+bool urdma_kcq_add(struct urdma_cq *cq, const struct ib_wc *wc, bool solicited)
 {
 	struct urdma_kcq *k = cq->k;
-	bool fire = false, overflow = false;
 	unsigned long flags;
+	bool fire = false;
 
 	if (!k)
-		return;
+		return false;
 	spin_lock_irqsave(&k->lock, flags);
 	if (k->count == k->size) {
-		overflow = !k->overflowed;
+		if (!k->overflowed)
+			k->overflow_pending = true;
 		k->overflowed = true;
+		fire = true;
 	} else {
 		k->wc[(k->head + k->count) % k->size] = *wc;
 		k->count++;
@@ -103,9 +110,28 @@ static void urdma_kcq_push(struct urdma_cq *cq, const struct ib_wc *wc,
 		    (k->notify == IB_CQ_SOLICITED &&
 		     (solicited || wc->status != IB_WC_SUCCESS))) {
 			k->notify = 0;
+			k->fire_pending = true;
 			fire = true;
 		}
 	}
+	spin_unlock_irqrestore(&k->lock, flags);
+	return fire;
+}
+
+/* Run @cq's completion handler, or report its overflow, as due. */
+void urdma_kcq_fire(struct urdma_cq *cq)
+{
+	struct urdma_kcq *k = cq->k;
+	bool fire, overflow;
+	unsigned long flags;
+
+	if (!k)
+		return;
+	spin_lock_irqsave(&k->lock, flags);
+	fire = k->fire_pending;
+	overflow = k->overflow_pending;
+	k->fire_pending = false;
+	k->overflow_pending = false;
 	spin_unlock_irqrestore(&k->lock, flags);
 
 	if (fire && cq->ibcq.comp_handler)
@@ -119,6 +145,14 @@ static void urdma_kcq_push(struct urdma_cq *cq, const struct ib_wc *wc,
 
 		cq->ibcq.event_handler(&ev, cq->ibcq.cq_context);
 	}
+}
+
+/* Queue @wc on @cq, then run its completion handler if it was armed. */
+static void urdma_kcq_push(struct urdma_cq *cq, const struct ib_wc *wc,
+			   bool solicited)
+{
+	if (urdma_kcq_add(cq, wc, solicited))
+		urdma_kcq_fire(cq);
 }
 
 int urdma_poll_kcq(struct urdma_cq *cq, int n, struct ib_wc *wc)
@@ -346,18 +380,22 @@ static bool urdma_lkey_ok(struct urdma_qp *qp, u32 lkey)
 	struct urdma_mr *mr;
 	bool ok;
 
+	if (lkey >> 24 != URDMA_KERNEL_KEY_TAG)
+		return false;
 	rcu_read_lock();
-	mr = xa_load(&dev->kmrs, lkey >> 8);
-	ok = mr && mr->ibmr.lkey == lkey && mr->ibmr.pd == qp->ibqp.pd;
+	mr = xa_load(&dev->kmrs, (lkey >> 8) & 0xffff);
+	ok = mr && !mr->fast && mr->ibmr.lkey == lkey &&
+	     mr->ibmr.pd == qp->ibqp.pd;
 	rcu_read_unlock();
 	return ok;
 }
 
-static struct urdma_kmsg *urdma_kmsg_alloc(u32 len)
+struct urdma_kmsg *urdma_kmsg_alloc(u32 len, gfp_t gfp)
 {
 	struct urdma_kmsg *m;
 
-	m = kzalloc(sizeof(*m) + len, GFP_ATOMIC);
+	len = ALIGN(len, 8);
+	m = kzalloc(sizeof(*m) + len, gfp);
 	if (m)
 		m->len = len;
 	return m;
@@ -392,7 +430,7 @@ static int urdma_ksend_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 		len += wr->sg_list[i].length;
 	}
 
-	km = urdma_kmsg_alloc(ALIGN(sizeof(*m) + len, 8));
+	km = urdma_kmsg_alloc(sizeof(*m) + len, GFP_ATOMIC);
 	if (!km)
 		return -ENOMEM;
 	ah = to_urdma_ah(ud->ah);
@@ -633,7 +671,7 @@ int urdma_kqp_deliver(struct urdma_dev *dev, const void *msg, u32 len)
 		break;
 	}
 	default:
-		return -EINVAL;
+		return urdma_krc_deliver(dev, msg, len);
 	}
 
 	spin_lock_irq(&dev->kernel_lock);
@@ -691,33 +729,6 @@ int urdma_destroy_ah(struct ib_ah *ibah, u32 flags)
 }
 
 /*
- * A DMA MR: the kernel's own memory by virtual address, for local access
- * only (remote access to all of memory is not offered).
- */
-struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access)
-{
-	struct urdma_dev *dev = to_urdma(pd->device);
-	struct urdma_mr *mr;
-	u32 id;
-	int err;
-
-	if (access & ~IB_ACCESS_LOCAL_WRITE)
-		return ERR_PTR(-EOPNOTSUPP);
-	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
-	if (!mr)
-		return ERR_PTR(-ENOMEM);
-	err = xa_alloc_cyclic(&dev->kmrs, &id, mr, XA_LIMIT(1, 0xffffff),
-			      &dev->next_kmr, GFP_KERNEL);
-	if (err < 0) {
-		kfree(mr);
-		return ERR_PTR(err);
-	}
-	mr->ibmr.lkey = id << 8;
-	mr->ibmr.rkey = id << 8;
-	return &mr->ibmr;
-}
-
-/*
  * A user MR: the NIC registered it (and reaches its memory through the
  * process); the kernel keeps a record of it under the NIC's keys, so
  * that it is tracked with its process.
@@ -743,15 +754,4 @@ struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
 	mr->ibmr.lkey = cmd.lkey;
 	mr->ibmr.rkey = cmd.rkey;
 	return &mr->ibmr;
-}
-
-int urdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
-{
-	struct urdma_dev *dev = to_urdma(ibmr->device);
-	struct urdma_mr *mr = container_of(ibmr, struct urdma_mr, ibmr);
-
-	if (!mr->user)
-		xa_erase(&dev->kmrs, ibmr->lkey >> 8);
-	kfree_rcu(mr, rcu);
-	return 0;
 }

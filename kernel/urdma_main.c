@@ -83,6 +83,8 @@ static int urdma_newlink(const char *ibdev_name, struct net_device *ndev)
 	xa_init_flags(&dev->qps, XA_FLAGS_ALLOC1);
 	xa_init_flags(&dev->srqs, XA_FLAGS_ALLOC1);
 	xa_init_flags(&dev->kmrs, XA_FLAGS_ALLOC1);
+	xa_init(&dev->kqps);
+	INIT_LIST_HEAD(&dev->requests);
 	spin_lock_init(&dev->kernel_lock);
 	dev_hold(ndev);
 	dev->ndev = ndev;

@@ -181,6 +181,8 @@ static long urdma_nic_ioctl(struct file *file, unsigned int cmd,
 		return urdma_nic_event((void __user *)arg);
 	case URDMA_IOC_ATTACH:
 		return urdma_chan_attach(file->private_data, (void __user *)arg);
+	case URDMA_IOC_DMA:
+		return urdma_chan_dma(file->private_data, (void __user *)arg);
 	default:
 		return -ENOTTY;
 	}

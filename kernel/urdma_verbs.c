@@ -31,8 +31,13 @@ static int urdma_query_device(struct ib_device *ibdev,
 	attr->hw_ver = 0;
 	attr->max_qp = URDMA_MAX_QP;
 	attr->max_qp_wr = URDMA_MAX_QP_WR;
-	attr->device_cap_flags = URDMA_DEVICE_CAP_FLAGS;
+	/* Kernel consumers also get fast registration (the provider reports
+	 * the user verbs' capabilities itself).
+	 */
+	attr->device_cap_flags = URDMA_DEVICE_CAP_FLAGS |
+				 IB_DEVICE_MEM_MGT_EXTENSIONS;
 	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
+	attr->max_fast_reg_page_list_len = URDMA_MAX_FAST_REG_PAGES;
 	attr->max_send_sge = URDMA_MAX_SGE;
 	attr->max_recv_sge = URDMA_MAX_SGE;
 	attr->max_sge_rd = URDMA_MAX_SGE;
@@ -122,6 +127,14 @@ static void urdma_dealloc_ucontext(struct ib_ucontext *uctx)
 
 static int urdma_alloc_pd(struct ib_pd *pd, struct ib_udata *udata)
 {
+	struct urdma_dev *dev = to_urdma(pd->device);
+
+	/* A kernel PD's number names it to the NIC; 0 is no kernel PD. */
+	if (!udata) {
+		do
+			to_urdma_pd(pd)->id = atomic_inc_return(&dev->next_pd);
+		while (!to_urdma_pd(pd)->id);
+	}
 	return 0;
 }
 
@@ -216,6 +229,8 @@ static int urdma_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	struct urdma_create_qp_cmd cmd;
 	int err;
 
+	if (!udata && init->qp_type == IB_QPT_RC)
+		return urdma_create_krc(dev, qp, init);
 	if (!udata)
 		return urdma_create_kqp(dev, qp, init);
 	switch (init->qp_type) {
@@ -263,6 +278,7 @@ static int urdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 	struct ib_qp_attr *a = &qp->attr;
 	enum ib_qp_state cur, next;
 	unsigned long flags;
+	int err;
 
 	spin_lock_irqsave(&qp->lock, flags);
 	cur = (mask & IB_QP_CUR_STATE) ? attr->cur_qp_state : a->qp_state;
@@ -270,6 +286,14 @@ static int urdma_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 	if (!ib_modify_qp_is_ok(cur, next, ibqp->qp_type, mask)) {
 		spin_unlock_irqrestore(&qp->lock, flags);
 		return -EINVAL;
+	}
+	if (qp->rc) {
+		/* A kernel RC QP is the NIC's: it changes there first. */
+		spin_unlock_irqrestore(&qp->lock, flags);
+		err = urdma_modify_krc(qp, attr, mask);
+		if (err)
+			return err;
+		spin_lock_irqsave(&qp->lock, flags);
 	}
 	if (mask & IB_QP_STATE)
 		WRITE_ONCE(a->qp_state, attr->qp_state);
@@ -336,6 +360,8 @@ static int urdma_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 
 	if (qp->k)
 		urdma_destroy_kqp(to_urdma(ibqp->device), qp);
+	if (qp->rc)
+		urdma_destroy_krc(to_urdma(ibqp->device), qp);
 	urdma_forget_number(&to_urdma(ibqp->device)->qps, qp->id);
 	return 0;
 }
@@ -371,6 +397,8 @@ static int urdma_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 {
 	struct urdma_qp *qp = to_urdma_qp(ibqp);
 
+	if (qp->rc)
+		return urdma_post_krc_send(qp, wr, bad_wr);
 	if (qp->k)
 		return urdma_post_ksend(qp, wr, bad_wr);
 	*bad_wr = wr;
@@ -382,6 +410,8 @@ static int urdma_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 {
 	struct urdma_qp *qp = to_urdma_qp(ibqp);
 
+	if (qp->rc)
+		return urdma_post_krc_recv(qp, wr, bad_wr);
 	if (qp->k)
 		return urdma_post_krecv(qp, wr, bad_wr);
 	*bad_wr = wr;
@@ -395,6 +425,7 @@ static void urdma_dealloc_driver(struct ib_device *ibdev)
 	urdma_chan_device_gone(dev);
 	urdma_forget_device(dev);
 	xa_destroy(&dev->kmrs);
+	xa_destroy(&dev->kqps);
 	xa_destroy(&dev->cqs);
 	xa_destroy(&dev->qps);
 	xa_destroy(&dev->srqs);
@@ -405,6 +436,7 @@ const struct ib_device_ops urdma_dev_ops = {
 	.driver_id = RDMA_DRIVER_UNKNOWN,
 	.uverbs_abi_ver = URDMA_UVERBS_ABI_VERSION,
 
+	.alloc_mr = urdma_alloc_mr,
 	.alloc_pd = urdma_alloc_pd,
 	.alloc_ucontext = urdma_alloc_ucontext,
 	.create_ah = urdma_create_ah,
@@ -422,6 +454,7 @@ const struct ib_device_ops urdma_dev_ops = {
 	.get_dma_mr = urdma_get_dma_mr,
 	.get_link_layer = urdma_get_link_layer,
 	.get_port_immutable = urdma_get_port_immutable,
+	.map_mr_sg = urdma_map_mr_sg,
 	.modify_qp = urdma_modify_qp,
 	.poll_cq = urdma_poll_cq,
 	.post_recv = urdma_post_recv,

@@ -1,0 +1,366 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * Kernel MRs of urdma and the NIC's access to them.
+ *
+ * A DMA MR names kernel memory by virtual address (the device maps DMA to
+ * kernel virtual addresses); a fast-registration MR names the pages that
+ * ib_map_mr_sg() gave it, once an IB_WR_REG_MR made it valid and until
+ * a local or remote invalidation. Both have keys of the kernel's key space
+ * (URDMA_KERNEL_KEY_TAG, an index, the consumer's variable byte); the NIC
+ * learns of each through MR messages on the device's channel, and reaches
+ * their memory only through URDMA_IOC_DMA, which checks every access
+ * against the MR as it is at that moment.
+ *
+ * MRs are created and destroyed under the channel lock, so that the
+ * account a newly attached NIC is given (urdma_kmr_replay) and the
+ * messages of later changes come in order.
+ */
+#include <linux/slab.h>
+#include <linux/mm.h>
+#include <linux/uaccess.h>
+#include <rdma/ib_verbs.h>
+#include "urdma.h"
+#include "urdma_abi.h"
+
+#define URDMA_KEY_INDEX_MAX	0xffff
+
+static u32 urdma_kmr_index(u32 key)
+{
+	return (key >> 8) & URDMA_KEY_INDEX_MAX;
+}
+
+static bool urdma_is_kernel_key(u32 key)
+{
+	return key >> 24 == URDMA_KERNEL_KEY_TAG;
+}
+
+/* Tell the NIC of @dev (if any) @op on @mr (any context). */
+static void urdma_kmr_announce(struct urdma_dev *dev, struct urdma_mr *mr,
+			       u32 op)
+{
+	struct urdma_msg_mr *m;
+	struct urdma_kmsg *km;
+
+	km = urdma_kmsg_alloc(sizeof(*m), GFP_ATOMIC);
+	if (!km)
+		return;
+	m = (struct urdma_msg_mr *)km->data;
+	m->hdr.type = URDMA_MSG_MR;
+	m->hdr.len = km->len;
+	m->op = op;
+	m->key = mr->ibmr.lkey;
+	m->pd = to_urdma_pd(mr->ibmr.pd)->id;
+	m->access = mr->access;
+	m->iova = mr->iova;
+	m->length = mr->length;
+	if (urdma_chan_queue(dev, km))
+		kfree(km);
+}
+
+/* Give @mr a key and make it known (channel lock held). */
+static int urdma_kmr_add(struct urdma_dev *dev, struct ib_pd *pd,
+			 struct urdma_mr *mr)
+{
+	u32 id;
+	int err;
+
+	mr->ibmr.pd = pd;
+	err = xa_alloc_cyclic(&dev->kmrs, &id, mr,
+			      XA_LIMIT(1, URDMA_KEY_INDEX_MAX), &dev->next_kmr,
+			      GFP_KERNEL);
+	if (err < 0)
+		return err;
+	mr->ibmr.lkey = URDMA_KERNEL_KEY_TAG << 24 | id << 8;
+	mr->ibmr.rkey = mr->ibmr.lkey;
+	urdma_kmr_announce(dev, mr, mr->fast ? URDMA_MR_FAST : URDMA_MR_DMA);
+	return 0;
+}
+
+/*
+ * A DMA MR: all of kernel memory by virtual address. Remote access is
+ * given only to a PD created with IB_PD_UNSAFE_GLOBAL_RKEY, which asks
+ * for exactly that.
+ */
+struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access)
+{
+	struct urdma_dev *dev = to_urdma(pd->device);
+	struct urdma_mr *mr;
+	int err;
+
+	if (access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_READ |
+		       IB_ACCESS_REMOTE_WRITE))
+		return ERR_PTR(-EOPNOTSUPP);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	spin_lock_init(&mr->lock);
+	mr->access = access;
+	mr->length = U64_MAX;
+	mr->valid = true;
+	urdma_chan_lock();
+	err = urdma_kmr_add(dev, pd, mr);
+	urdma_chan_unlock();
+	if (err) {
+		kfree(mr);
+		return ERR_PTR(err);
+	}
+	return &mr->ibmr;
+}
+
+struct ib_mr *urdma_alloc_mr(struct ib_pd *pd, enum ib_mr_type type,
+			     u32 max_num_sg)
+{
+	struct urdma_dev *dev = to_urdma(pd->device);
+	struct urdma_mr *mr;
+	int err = -ENOMEM;
+
+	if (type != IB_MR_TYPE_MEM_REG)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!max_num_sg || max_num_sg > URDMA_MAX_FAST_REG_PAGES)
+		return ERR_PTR(-EINVAL);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->pages = kcalloc(max_num_sg, sizeof(*mr->pages), GFP_KERNEL);
+	if (!mr->pages)
+		goto err_free;
+	spin_lock_init(&mr->lock);
+	mr->fast = true;
+	mr->max_pages = max_num_sg;
+	urdma_chan_lock();
+	err = urdma_kmr_add(dev, pd, mr);
+	urdma_chan_unlock();
+	if (err)
+		goto err_free;
+	return &mr->ibmr;
+err_free:
+	kfree(mr->pages);
+	kfree(mr);
+	return ERR_PTR(err);
+}
+
+static int urdma_set_page(struct ib_mr *ibmr, u64 addr)
+{
+	struct urdma_mr *mr = to_urdma_mr(ibmr);
+
+	if (mr->npages == mr->max_pages)
+		return -ENOMEM;
+	mr->pages[mr->npages++] = addr;
+	return 0;
+}
+
+/* Called while the MR is not valid: the NIC does not read the pages. */
+int urdma_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int n,
+		    unsigned int *sg_offset)
+{
+	struct urdma_mr *mr = to_urdma_mr(ibmr);
+
+	mr->npages = 0;
+	return ib_sg_to_pages(ibmr, sg, n, sg_offset, urdma_set_page);
+}
+
+static void urdma_mr_free(struct rcu_head *head)
+{
+	struct urdma_mr *mr = container_of(head, struct urdma_mr, rcu);
+
+	kfree(mr->pages);
+	kfree(mr);
+}
+
+int urdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
+{
+	struct urdma_dev *dev = to_urdma(ibmr->device);
+	struct urdma_mr *mr = to_urdma_mr(ibmr);
+
+	if (!mr->user) {
+		urdma_chan_lock();
+		xa_erase(&dev->kmrs, urdma_kmr_index(ibmr->lkey));
+		urdma_kmr_announce(dev, mr, URDMA_MR_REMOVE);
+		urdma_chan_unlock();
+	}
+	/* An access of the NIC that found the MR ends before it is freed. */
+	call_rcu(&mr->rcu, urdma_mr_free);
+	return 0;
+}
+
+/* IB_WR_REG_MR posted on @qp: the MR is valid from now on. QP lock held. */
+enum ib_wc_status urdma_kmr_register(struct urdma_qp *qp,
+				     const struct ib_reg_wr *reg)
+{
+	struct urdma_mr *mr = to_urdma_mr(reg->mr);
+	unsigned long flags;
+
+	if (reg->mr->device != qp->ibqp.device || !mr->fast ||
+	    reg->mr->pd != qp->ibqp.pd ||
+	    urdma_kmr_index(reg->key) != urdma_kmr_index(mr->ibmr.lkey) ||
+	    !urdma_is_kernel_key(reg->key) || !mr->npages ||
+	    !is_power_of_2(reg->mr->page_size) || reg->mr->page_size < SZ_4K)
+		return IB_WC_LOC_PROT_ERR;
+	spin_lock_irqsave(&mr->lock, flags);
+	mr->valid = true;
+	mr->access = reg->access;
+	mr->iova = mr->ibmr.iova;
+	mr->length = mr->ibmr.length;
+	mr->page_shift = ilog2(mr->ibmr.page_size);
+	mr->reg_pages = mr->npages;
+	mr->ibmr.lkey = reg->key;
+	mr->ibmr.rkey = reg->key;
+	spin_unlock_irqrestore(&mr->lock, flags);
+	urdma_kmr_announce(to_urdma(qp->ibqp.device), mr, URDMA_MR_REGISTER);
+	return IB_WC_SUCCESS;
+}
+
+/* The fast-registration MR @key of @dev, or NULL. RCU read lock held. */
+static struct urdma_mr *urdma_kmr_find(struct urdma_dev *dev, u32 key)
+{
+	struct urdma_mr *mr;
+
+	if (!urdma_is_kernel_key(key))
+		return NULL;
+	mr = xa_load(&dev->kmrs, urdma_kmr_index(key));
+	return mr && READ_ONCE(mr->ibmr.lkey) == key ? mr : NULL;
+}
+
+/* Make @mr not valid; false if it is not a fast-registration MR. */
+static bool urdma_kmr_end(struct urdma_mr *mr)
+{
+	unsigned long flags;
+
+	if (!mr || !mr->fast)
+		return false;
+	spin_lock_irqsave(&mr->lock, flags);
+	mr->valid = false;
+	spin_unlock_irqrestore(&mr->lock, flags);
+	return true;
+}
+
+/* IB_WR_LOCAL_INV posted on @qp for @key. QP lock held. */
+enum ib_wc_status urdma_kmr_invalidate(struct urdma_qp *qp, u32 key)
+{
+	struct urdma_dev *dev = to_urdma(qp->ibqp.device);
+	struct urdma_mr *mr;
+	bool ok;
+
+	rcu_read_lock();
+	mr = urdma_kmr_find(dev, key);
+	ok = mr && mr->ibmr.pd == qp->ibqp.pd && urdma_kmr_end(mr);
+	if (ok)
+		urdma_kmr_announce(dev, mr, URDMA_MR_INVALIDATE);
+	rcu_read_unlock();
+	return ok ? IB_WC_SUCCESS : IB_WC_LOC_PROT_ERR;
+}
+
+/* A peer's SEND with invalidate ended @key (the NIC did it too). */
+void urdma_kmr_invalidated(struct urdma_dev *dev, u32 key)
+{
+	rcu_read_lock();
+	urdma_kmr_end(urdma_kmr_find(dev, key));
+	rcu_read_unlock();
+}
+
+/* A NIC attached: tell it of every kernel MR (channel lock held). */
+void urdma_kmr_replay(struct urdma_dev *dev)
+{
+	struct urdma_mr *mr;
+	unsigned long idx;
+
+	xa_for_each(&dev->kmrs, idx, mr) {
+		urdma_kmr_announce(dev, mr, mr->fast ? URDMA_MR_FAST :
+						       URDMA_MR_DMA);
+		if (mr->fast && READ_ONCE(mr->valid))
+			urdma_kmr_announce(dev, mr, URDMA_MR_REGISTER);
+	}
+}
+
+/*
+ * The kernel address of @len bytes at @iova of the MR @key, if the MR
+ * covers them now (they lie within one page of it). RCU read lock held;
+ * on success the MR's lock is held too, until the caller's copy is done.
+ */
+static void *urdma_kmr_map(struct urdma_dev *dev, u32 key, u64 iova, u32 len,
+			   struct urdma_mr **held, unsigned long *flags,
+			   int *err)
+{
+	struct urdma_mr *mr;
+	u64 idx, kaddr;
+
+	*err = -ENOENT;
+	if (!urdma_is_kernel_key(key))
+		return NULL;
+	mr = xa_load(&dev->kmrs, urdma_kmr_index(key));
+	if (!mr || mr->user)
+		return NULL;
+	spin_lock_irqsave(&mr->lock, *flags);
+	*err = -EACCES;
+	if (mr->ibmr.lkey != key || !mr->valid)
+		goto fail;
+	*err = -EFAULT;
+	if (mr->fast) {
+		if (iova < mr->iova || iova + len > mr->iova + mr->length)
+			goto fail;
+		idx = (iova >> mr->page_shift) - (mr->iova >> mr->page_shift);
+		if (idx >= mr->reg_pages)
+			goto fail;
+		kaddr = mr->pages[idx] + (iova & ((1ULL << mr->page_shift) - 1));
+	} else {
+		kaddr = iova;
+	}
+	if (!virt_addr_valid((void *)(uintptr_t)kaddr) ||
+	    !virt_addr_valid((void *)(uintptr_t)(kaddr + len - 1)))
+		goto fail;
+	*held = mr;
+	return (void *)(uintptr_t)kaddr;
+fail:
+	spin_unlock_irqrestore(&mr->lock, *flags);
+	return NULL;
+}
+
+/*
+ * URDMA_IOC_DMA: the NIC of @dev reads or writes a kernel MR, a page at
+ * a time through a buffer here, each page checked as it is copied.
+ */
+long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg)
+{
+	struct urdma_mr *mr;
+	struct urdma_dma d;
+	unsigned long flags;
+	u32 done, n;
+	int err = 0;
+	void *kaddr;
+	u8 *buf;
+
+	if (copy_from_user(&d, arg, sizeof(d)))
+		return -EFAULT;
+	if (d.reserved || d.write > 1 || d.len > URDMA_DMA_MAX)
+		return -EINVAL;
+	if (d.iova + d.len < d.iova)
+		return -EFAULT;
+	buf = kmalloc(PAGE_SIZE, GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	for (done = 0; done < d.len && !err; done += n) {
+		u64 at = d.iova + done;
+		void __user *ubuf = u64_to_user_ptr(d.buf + done);
+
+		n = min_t(u64, d.len - done, PAGE_SIZE - (at & ~PAGE_MASK));
+		if (d.write && copy_from_user(buf, ubuf, n)) {
+			err = -EFAULT;
+			break;
+		}
+		rcu_read_lock();
+		kaddr = urdma_kmr_map(dev, d.key, at, n, &mr, &flags, &err);
+		if (kaddr) {
+			if (d.write)
+				memcpy(kaddr, buf, n);
+			else
+				memcpy(buf, kaddr, n);
+			spin_unlock_irqrestore(&mr->lock, flags);
+			err = 0;
+		}
+		rcu_read_unlock();
+		if (!err && !d.write && copy_to_user(ubuf, buf, n))
+			err = -EFAULT;
+	}
+	kfree(buf);
+	return err;
+}
