@@ -10,6 +10,7 @@
 //! datagrams, and datagrams for QP 1 that the device's own CM does not
 //! claim come to it ([`crate::engine::Engine::set_kernel_gsi`]).
 
+use super::kernel_rc::{self, KernelRc, RcMessage};
 use crate::engine::{GsiDatagram, GsiSend};
 use crate::fabric::udp::UdpDriver;
 use crate::types::WcStatus;
@@ -18,6 +19,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -65,6 +67,22 @@ pub struct BadMessage {
     why: &'static str,
 }
 
+impl BadMessage {
+    /// The message at byte `at` is bad: `why`.
+    pub(super) fn new(at: usize, why: &'static str) -> Self {
+        BadMessage { at, why }
+    }
+}
+
+/// A message of the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelMessage {
+    /// A UD SEND of QP 1.
+    UdSend(UdSend),
+    /// About kernel RC QPs or MRs.
+    Rc(RcMessage),
+}
+
 /// A kernel QP's UD SEND (`struct urdma_msg_ud_send`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UdSend {
@@ -88,12 +106,16 @@ pub struct UdSend {
     pub payload: Vec<u8>,
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
+pub(super) fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_ne_bytes([b[at], b[at + 1]])
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+pub(super) fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 fn gid_at(b: &[u8], at: usize) -> Gid {
@@ -102,8 +124,8 @@ fn gid_at(b: &[u8], at: usize) -> Gid {
     Gid(raw)
 }
 
-/// Parse what one read returned: whole messages, each a UD SEND.
-pub fn parse_messages(buf: &[u8]) -> Result<Vec<UdSend>, BadMessage> {
+/// Parse what one read returned: whole messages.
+pub fn parse_messages(buf: &[u8]) -> Result<Vec<KernelMessage>, BadMessage> {
     let mut out = Vec::new();
     let mut at = 0;
     while at < buf.len() {
@@ -117,7 +139,9 @@ pub fn parse_messages(buf: &[u8]) -> Result<Vec<UdSend>, BadMessage> {
             return Err(bad("bad length"));
         }
         if kind != MSG_UD_SEND {
-            return Err(bad("unknown type"));
+            out.push(KernelMessage::Rc(kernel_rc::parse(kind, &m[..len], at)?));
+            at += len;
+            continue;
         }
         if len < UD_SEND_LEN {
             return Err(bad("short UD send"));
@@ -127,7 +151,7 @@ pub fn parse_messages(buf: &[u8]) -> Result<Vec<UdSend>, BadMessage> {
             return Err(bad("bad payload length"));
         }
         let flags = u16_at(m, 62);
-        out.push(UdSend {
+        out.push(KernelMessage::UdSend(UdSend {
             qpn: u32_at(m, 4),
             handle: u64::from_ne_bytes(m[8..16].try_into().expect("8 bytes")),
             sgid: gid_at(m, 16),
@@ -138,13 +162,13 @@ pub fn parse_messages(buf: &[u8]) -> Result<Vec<UdSend>, BadMessage> {
             imm: (flags & F_IMM != 0).then(|| u32::from_be_bytes(m[64..68].try_into().expect("4"))),
             solicited: flags & F_SOLICITED != 0,
             payload: m[UD_SEND_LEN..UD_SEND_LEN + plen].to_vec(),
-        });
+        }));
         at += len;
     }
     Ok(out)
 }
 
-fn header(kind: u16, len: usize, qpn: u32) -> Vec<u8> {
+pub(super) fn header(kind: u16, len: usize, qpn: u32) -> Vec<u8> {
     let mut m = Vec::with_capacity(len);
     m.extend_from_slice(&kind.to_ne_bytes());
     m.extend_from_slice(&(len as u16).to_ne_bytes());
@@ -311,16 +335,42 @@ fn detach(driver: &UdpDriver) {
     driver.with_engine(|e, _| e.set_kernel_gsi(false));
 }
 
-/// The reader: carry out the kernel's sends until told to stop or the
-/// kernel device goes away.
-fn serve(file: &File, driver: &Weak<UdpDriver>, stop: &AtomicBool) {
+/// The reader: carry out what the kernel asks, and forward the
+/// completions of its QPs, until told to stop or the kernel device goes
+/// away. The kernel's QPs and MRs end with it.
+fn serve(file: &Arc<File>, driver: &Weak<UdpDriver>, stop: &AtomicBool) {
+    let Ok((bell, ring)) = UnixDatagram::pair() else {
+        tracing::warn!("no wake-up for kernel completions");
+        return;
+    };
+    let _ = ring.set_nonblocking(true);
+    let _ = bell.set_nonblocking(true);
+    let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+        let _ = ring.send(&[1]);
+    });
+    let mut rc = KernelRc::new(file.clone(), wake);
+    serve_with(file, driver, stop, &bell, &mut rc);
+    if let Some(d) = driver.upgrade() {
+        rc.close(&d);
+    }
+}
+
+fn serve_with(
+    file: &File,
+    driver: &Weak<UdpDriver>,
+    stop: &AtomicBool,
+    bell: &UnixDatagram,
+    rc: &mut KernelRc,
+) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let mut buf = vec![0u8; READ_BUF];
     let timeout = PollTimeout::from(STOP_POLL.as_millis() as u16);
     while !stop.load(Ordering::Acquire) {
-        let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLIN)];
+        let mut fds = [
+            PollFd::new(file.as_fd(), PollFlags::POLLIN),
+            PollFd::new(bell.as_fd(), PollFlags::POLLIN),
+        ];
         match poll(&mut fds, timeout) {
-            Ok(0) => continue,
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => {
@@ -328,33 +378,49 @@ fn serve(file: &File, driver: &Weak<UdpDriver>, stop: &AtomicBool) {
                 return;
             }
         }
-        let n = match (&*file).read(&mut buf) {
-            Ok(0) => {
-                tracing::info!("the kernel device is gone");
-                return;
-            }
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "kernel channel read failed");
-                return;
-            }
-        };
-        let sends = match parse_messages(&buf[..n]) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "kernel channel out of step");
-                return;
-            }
-        };
+        let readable = fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP));
+        while bell.recv(&mut [0u8; 64]).is_ok() {}
         let Some(driver) = driver.upgrade() else {
             return;
         };
-        let done: Vec<u8> = sends
-            .iter()
-            .flat_map(|s| send_done(s.qpn, s.handle, carry_out(&driver, s)))
-            .collect();
-        if let Err(e) = (&*file).write_all(&done) {
+        let mut out = Vec::new();
+        if readable {
+            let n = match (&*file).read(&mut buf) {
+                Ok(0) => {
+                    tracing::info!("the kernel device is gone");
+                    return;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                Err(e) => {
+                    tracing::warn!(error = %e, "kernel channel read failed");
+                    return;
+                }
+            };
+            let msgs = match parse_messages(&buf[..n]) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "kernel channel out of step");
+                    return;
+                }
+            };
+            for msg in msgs {
+                match msg {
+                    KernelMessage::UdSend(s) => {
+                        out.extend(send_done(s.qpn, s.handle, carry_out(&driver, &s)))
+                    }
+                    KernelMessage::Rc(m) => out.extend(rc.handle(&driver, m)),
+                }
+            }
+        }
+        out.extend(rc.completions());
+        if out.is_empty() {
+            continue;
+        }
+        if let Err(e) = (&*file).write_all(&out) {
             tracing::warn!(error = %e, "kernel channel write failed");
             return;
         }
@@ -419,7 +485,14 @@ mod tests {
     fn ud_sends_parse_field_by_field() {
         let mut buf = ud_send_bytes(5, &[1, 2, 3], 0);
         buf.extend(ud_send_bytes(6, &[9; 256], F_IMM | F_SOLICITED));
-        let s = parse_messages(&buf).unwrap();
+        let s: Vec<UdSend> = parse_messages(&buf)
+            .unwrap()
+            .into_iter()
+            .map(|m| match m {
+                KernelMessage::UdSend(s) => s,
+                other => panic!("{other:?}"),
+            })
+            .collect();
         assert_eq!(s.len(), 2);
         assert_eq!((s[0].qpn, s[0].handle, s[0].dest_qpn), (1, 5, 1));
         assert_eq!(s[0].qkey, 0x8001_0000);

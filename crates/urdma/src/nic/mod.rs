@@ -19,6 +19,7 @@ pub mod client;
 pub mod cm_routes;
 pub mod kernel;
 pub mod kernel_chan;
+pub mod kernel_rc;
 pub mod proto;
 pub mod session;
 pub mod spawn;
