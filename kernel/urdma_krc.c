@@ -91,18 +91,19 @@ static int urdma_request(struct urdma_dev *dev, struct urdma_kmsg *km,
 	m->seq = req.seq;
 
 	err = urdma_chan_queue(dev, km);
-	if (err) {
+	if (err)
 		kfree(km);
-	} else if (!wait_for_completion_timeout(&req.done,
-						URDMA_REQUEST_TIMEOUT)) {
+	else
+		wait_for_completion_timeout(&req.done, URDMA_REQUEST_TIMEOUT);
+	/* Answered requests are off the list (urdma_answer takes them). */
+	spin_lock_irq(&dev->kernel_lock);
+	if (!err && !list_empty(&req.list)) {
+		list_del_init(&req.list);
 		err = -ETIMEDOUT;
 	}
-	spin_lock_irq(&dev->kernel_lock);
-	if (!list_empty(&req.list))
-		list_del_init(&req.list);
 	spin_unlock_irq(&dev->kernel_lock);
-	if (!err && (!completion_done(&req.done) || req.status))
-		err = req.status ? req.status : -ETIMEDOUT;
+	if (!err)
+		err = req.status;
 	if (!err && value)
 		*value = req.value;
 	return err;
@@ -257,7 +258,7 @@ int urdma_modify_krc(struct urdma_qp *qp, struct ib_qp_attr *attr, int mask)
 	if (!km)
 		return -ENOMEM;
 	m = (struct urdma_msg_request *)km->data;
-	m->mask = mask & ~(IB_QP_PKEY_INDEX | IB_QP_PORT | IB_QP_CAP);
+	m->mask = mask & ~IB_QP_CAP;
 	m->qp_state = attr->qp_state;
 	m->cur_qp_state = attr->cur_qp_state;
 	m->path_mtu = attr->path_mtu;
