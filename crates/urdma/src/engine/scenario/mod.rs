@@ -13,6 +13,7 @@
 //! Each test's doc comment names the protocol rule it pins.
 
 mod duplicates;
+mod invalidate;
 mod loss;
 mod peer;
 mod responses;
