@@ -80,6 +80,8 @@ pub struct AgentDevice {
     pub cm_routes: Mutex<super::cm_routes::CmRoutes>,
     /// The kernel device this NIC serves, if any.
     kernel_chan: Mutex<Option<super::kernel_chan::KernelChannel>>,
+    /// The kernel's RC QPs on the channel, whose events go to the kernel.
+    kernel_qps: Arc<super::kernel_rc::KernelQps>,
 }
 
 impl AgentDevice {
@@ -143,6 +145,9 @@ impl AgentDevice {
     }
 
     fn route(&self, ev: AsyncEvent) {
+        if self.kernel_qps.raise(&ev) {
+            return;
+        }
         let obj = Object::of(&ev);
         let kernel = self
             .kernel_routes
@@ -204,8 +209,9 @@ impl Nic {
             holdings: Mutex::new(HashMap::new()),
             cm_routes: Mutex::new(Default::default()),
             kernel_chan: Mutex::new(None),
+            kernel_qps: Arc::default(),
         });
-        match super::kernel_chan::KernelChannel::attach(&dev.driver) {
+        match super::kernel_chan::KernelChannel::attach(&dev.driver, dev.kernel_qps.clone()) {
             Ok(chan) => *dev.kernel_chan.lock().unwrap_or_else(|e| e.into_inner()) = chan,
             Err(e) => tracing::warn!(name, %addr, error = %e, "kernel device not attached"),
         }

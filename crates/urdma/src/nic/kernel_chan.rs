@@ -10,7 +10,7 @@
 //! datagrams, and datagrams for QP 1 that the device's own CM does not
 //! claim come to it ([`crate::engine::Engine::set_kernel_gsi`]).
 
-use super::kernel_rc::{self, KernelRc, RcMessage};
+use super::kernel_rc::{self, KernelQps, KernelRc, RcMessage};
 use crate::engine::{GsiDatagram, GsiSend};
 use crate::fabric::udp::UdpDriver;
 use crate::types::WcStatus;
@@ -239,8 +239,11 @@ impl KernelChannel {
     /// Attach `driver`'s device to the kernel device on the interface
     /// that holds its address. `Ok(None)`: there is none to attach to (no
     /// module, no access, no urdma device on that interface, or another
-    /// NIC serves it).
-    pub fn attach(driver: &Arc<UdpDriver>) -> io::Result<Option<KernelChannel>> {
+    /// NIC serves it). The events of the kernel's QPs go through `events`.
+    pub fn attach(
+        driver: &Arc<UdpDriver>,
+        events: Arc<KernelQps>,
+    ) -> io::Result<Option<KernelChannel>> {
         let addr = driver.local().ip();
         let Some(ifindex) = ifindex_of(addr) else {
             return Ok(None);
@@ -298,7 +301,7 @@ impl KernelChannel {
             std::thread::Builder::new()
                 .name(format!("urdma-k-{ibdev}"))
                 .spawn(move || {
-                    serve(&file, &driver, &stop);
+                    serve(&file, &driver, &stop, events);
                     // Whatever ended the service, the channel closes
                     // (with the sink's handle): the kernel then fails the
                     // sends it had queued and takes the port down.
@@ -338,7 +341,7 @@ fn detach(driver: &UdpDriver) {
 /// The reader: carry out what the kernel asks, and forward the
 /// completions of its QPs, until told to stop or the kernel device goes
 /// away. The kernel's QPs and MRs end with it.
-fn serve(file: &Arc<File>, driver: &Weak<UdpDriver>, stop: &AtomicBool) {
+fn serve(file: &Arc<File>, driver: &Weak<UdpDriver>, stop: &AtomicBool, events: Arc<KernelQps>) {
     let Ok((bell, ring)) = UnixDatagram::pair() else {
         tracing::warn!("no wake-up for kernel completions");
         return;
@@ -348,7 +351,7 @@ fn serve(file: &Arc<File>, driver: &Weak<UdpDriver>, stop: &AtomicBool) {
     let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
         let _ = ring.send(&[1]);
     });
-    let mut rc = KernelRc::new(file.clone(), wake);
+    let mut rc = KernelRc::new(file.clone(), wake, events);
     serve_with(file, driver, stop, &bell, &mut rc);
     if let Some(d) = driver.upgrade() {
         rc.close(&d);

@@ -15,10 +15,12 @@ use crate::engine::{RecvRequest, SendData, SendOp, SendRequest, SgEntry};
 use crate::fabric::udp::UdpDriver;
 use crate::mem::MemRegion;
 use crate::types::{AccessFlags, Mtu, QpAttrMask, QpState, QpType, WcFlags, WcOpcode, WcStatus};
+use crate::types::{AsyncEvent, AsyncEventKind};
 use crate::verbs::{Gid, QpAttr, QpCap};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::sync::Arc;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 
 /// Message types (`enum urdma_msg_type`).
 pub const MSG_REQUEST: u16 = 4;
@@ -26,6 +28,7 @@ const MSG_REPLY: u16 = 5;
 pub const MSG_POST: u16 = 6;
 const MSG_WC: u16 = 7;
 pub const MSG_MR: u16 = 8;
+const MSG_QP_EVENT: u16 = 9;
 /// Lengths of the fixed parts.
 const REQUEST_LEN: usize = 100;
 const REPLY_LEN: usize = 24;
@@ -254,6 +257,40 @@ fn wc_message(
     m
 }
 
+/// The kernel RC QPs of a device and the channel their events go to, for
+/// the device's event routing (which runs apart from the channel's
+/// thread).
+#[derive(Debug, Default)]
+pub struct KernelQps {
+    inner: Mutex<(Option<Arc<File>>, HashSet<u32>)>,
+}
+
+impl KernelQps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Option<Arc<File>>, HashSet<u32>)> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hand `ev` to the kernel if it is an event of a kernel QP (`struct
+    /// urdma_msg_qp_event`); false if it is not one.
+    pub fn raise(&self, ev: &AsyncEvent) -> bool {
+        use AsyncEventKind as K;
+        if matches!(ev.kind, K::CqErr | K::SrqLimitReached) {
+            return false;
+        }
+        let g = self.lock();
+        let (Some(chan), true) = (&g.0, g.1.contains(&ev.object)) else {
+            return false;
+        };
+        let mut m = header(MSG_QP_EVENT, 16, ev.object);
+        m.extend_from_slice(&(ev.kind as u32).to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        if let Err(e) = (&**chan).write_all(&m) {
+            tracing::debug!(?ev, error = %e, "kernel QP event lost");
+        }
+        true
+    }
+}
+
 /// A kernel RC QP as the NIC keeps it.
 struct KernelQp {
     /// The one CQ of both queues (the kernel sorts completions out).
@@ -270,12 +307,14 @@ pub struct KernelRc {
     mrs: HashMap<u32, Option<u32>>,
     next_cqn: u32,
     wake: Arc<dyn Fn() + Send + Sync>,
+    events: Arc<KernelQps>,
 }
 
 impl KernelRc {
     /// State for the channel `chan`; `wake` runs when a kernel QP's CQ
-    /// has completions to forward.
-    pub fn new(chan: Arc<File>, wake: Arc<dyn Fn() + Send + Sync>) -> Self {
+    /// has completions to forward; `events` routes the QPs' events.
+    pub fn new(chan: Arc<File>, wake: Arc<dyn Fn() + Send + Sync>, events: Arc<KernelQps>) -> Self {
+        *events.lock() = (Some(chan.clone()), HashSet::new());
         KernelRc {
             chan,
             pds: HashMap::new(),
@@ -283,6 +322,7 @@ impl KernelRc {
             mrs: HashMap::new(),
             next_cqn: KERNEL_CQN_BASE,
             wake,
+            events,
         }
     }
 
@@ -340,6 +380,7 @@ impl KernelRc {
                     srq: None,
                 })?;
                 self.qps.insert(qpn, KernelQp { cq });
+                self.events.lock().1.insert(qpn);
                 Ok(qpn)
             }
             REQ_MODIFY_QP => {
@@ -359,6 +400,7 @@ impl KernelRc {
                 self.known(r.qpn)?;
                 driver.call(DestroyQp { qpn: r.qpn })?;
                 self.qps.remove(&r.qpn);
+                self.events.lock().1.remove(&r.qpn);
                 Ok(0)
             }
             _ => Err(crate::Error::NotSupported(format!("request {}", r.op))),
@@ -501,6 +543,7 @@ impl KernelRc {
 
     /// The channel closes: the kernel's QPs and MRs end in the engine.
     pub fn close(&mut self, driver: &UdpDriver) {
+        *self.events.lock() = (None, HashSet::new());
         for (qpn, _) in self.qps.drain() {
             let _ = driver.call(DestroyQp { qpn });
         }

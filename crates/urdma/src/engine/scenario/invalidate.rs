@@ -66,7 +66,10 @@ fn send_with_invalidate_of_an_ordinary_region_fails_the_receive() {
     assert_eq!(psn_ops(&req), [(0x100, Opcode::RcSendOnlyInv)]);
     p.deliver_all(B);
     let wcs = p.n[B].recv_wcs();
-    assert_eq!(wc_summary(&wcs), [(7, WcStatus::RemInvReqErr, WcOpcode::Recv)]);
+    assert_eq!(
+        wc_summary(&wcs),
+        [(7, WcStatus::RemInvReqErr, WcOpcode::Recv)]
+    );
     assert_eq!(p.n[B].state(), QpState::Err);
     assert_eq!(p.n[B].read(0, 4).len(), 4, "the region is still there");
 }
