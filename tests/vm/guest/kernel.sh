@@ -79,8 +79,8 @@ kill $AGENT; wait $AGENT 2>/dev/null
 # The channel refuses what it cannot take, and a NIC that attaches brings
 # the port up: attach errors, reads and writes of bad messages.
 expect "/dev/urdma channel: attach, bad messages refused" \
-  '^urdma1 EBUSY ENODEV EINVAL 4: ACTIVE EAGAIN ENOTCONN EINVAL EINVAL EINVAL 24 ENOTCONN$' python3 -c '
-import errno, fcntl, os, socket, struct
+  '^urdma1 EBUSY ENODEV EINVAL 4: ACTIVE MR1:fe EAGAIN ENOTCONN EFAULT ENOENT EINVAL EINVAL ENOTCONN EINVAL EINVAL EINVAL 24 ENOTCONN$' python3 -c '
+import ctypes, errno, fcntl, os, socket, struct
 ATTACH = (3 << 30) | (72 << 16) | (0xb5 << 8) | 3
 def attach(f, ifindex, reserved=0):
     buf = bytearray(struct.pack("II64s", ifindex, reserved, b""))
@@ -97,8 +97,25 @@ a = os.open("/dev/urdma", os.O_RDWR | os.O_NONBLOCK)
 b = os.open("/dev/urdma", os.O_RDWR)
 out = [attach(a, idx), err(lambda: attach(b, idx)), err(lambda: attach(b, 999999)),
        err(lambda: attach(b, idx, 1)),
-       open("/sys/class/infiniband/urdma1/ports/1/state").read().strip(),
-       err(lambda: os.read(a, 4096)), err(lambda: os.read(b, 4096))]
+       open("/sys/class/infiniband/urdma1/ports/1/state").read().strip()]
+# An attached NIC first learns of the kernel MRs (the DMA MR of each PD).
+m, at, kinds, dmakey = os.read(a, 4096), 0, set(), 0
+while at < len(m):
+    t, n = struct.unpack_from("=HH", m, at)
+    op, key = struct.unpack_from("=II", m, at + 8)
+    kinds.add("MR%d:%x" % (op, key >> 24) if t == 8 else "type%d" % t)
+    dmakey = key if t == 8 and op == 1 else dmakey
+    at += n
+out += [",".join(sorted(kinds)), err(lambda: os.read(a, 4096)), err(lambda: os.read(b, 4096))]
+# Its access to kernel MRs is checked: not kernel memory, no such key,
+# a reserved field, too long, an unattached file.
+DMA = (1 << 30) | (32 << 16) | (0xb5 << 8) | 4
+cbuf = ctypes.create_string_buffer(64)
+def dma(f, key, iova, n, reserved=0):
+    fcntl.ioctl(f, DMA, struct.pack("QQIIII", iova, ctypes.addressof(cbuf), n, key, 0, reserved))
+out += [err(lambda: dma(a, dmakey, 0x1000, 8)), err(lambda: dma(a, 0x12345600, 0, 8)),
+        err(lambda: dma(a, dmakey, 0, 8, 1)), err(lambda: dma(a, dmakey, 0, 2 << 20)),
+        err(lambda: dma(b, dmakey, 0, 8))]
 hdr = lambda t, n, qpn=1: struct.pack("=HHI", t, n, qpn)
 out.append(err(lambda: os.write(a, hdr(2, 13) + bytes(16))))
 out.append(err(lambda: os.write(a, hdr(9, 24) + bytes(16))))

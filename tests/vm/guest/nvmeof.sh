@@ -56,17 +56,18 @@ ip addr add $IP/16 dev "$NIC" && ip link set "$NIC" up &&
   rdma link add urdman type urdma netdev "$NIC" || { fail "rdma link add urdman"; exit 1; }
 dmesg -C
 
-URDMA_ADDR=$IP URDMA_LOG=urdma=info "$U" agent --persist --open-all >"$W/agent" 2>&1 &
-AGENT=$!
-for _ in $(seq 100); do
-  grep -q ACTIVE /sys/class/infiniband/urdman/ports/1/state 2>/dev/null && break
-  sleep 0.1
-done
-if grep -q ACTIVE /sys/class/infiniband/urdman/ports/1/state; then
-  ok "the NIC agent brings urdman up"
-else
-  fail "the NIC agent brings urdman up"; sed 's/^/    agent: /' "$W/agent" | tail -5; exit 1
-fi
+# start_agent: the NIC agent of urdman; true once the port is ACTIVE.
+start_agent() {
+  URDMA_ADDR=$IP URDMA_LOG=urdma=info "$U" agent --persist --open-all >>"$W/agent" 2>&1 &
+  AGENT=$!
+  for _ in $(seq 100); do
+    grep -q ACTIVE /sys/class/infiniband/urdman/ports/1/state 2>/dev/null && return 0
+    sleep 0.1
+  done
+  sed 's/^/    agent: /' "$W/agent" | tail -5
+  return 1
+}
+if start_agent; then ok "the NIC agent brings urdman up"; else fail "the NIC agent brings urdman up"; exit 1; fi
 
 # The target: a 64 MiB file behind namespace 1, on port 4420 of urdman.
 truncate -s 64M "$W/disk"
@@ -86,6 +87,7 @@ fi
 # The host connects across urdma.
 t0=$(date +%s)
 if timeout 90 nvme connect -t rdma -a $IP -s 4420 -n $NQN -i 1 -Q 32 \
+    --reconnect-delay=1 --ctrl-loss-tmo=120 \
     --hostnqn=$HOSTNQN --hostid=$HOSTID >"$W/connect" 2>&1; then
   ok "nvme connect -t rdma to $IP:4420 ($(($(date +%s) - t0)) s)"
 else
@@ -136,6 +138,46 @@ else
   fail "files read back after a remount"; echo "    want: $want"; echo "    got: $got"
 fi
 umount "$W/mnt"
+
+# The NIC agent dies under the connection: the kernel QPs it held are lost
+# (their work flushed, a fatal event each), the port goes down and the
+# host starts reconnecting. A new agent brings the port up; the host
+# reconnects and the files read back the same.
+CTRL=$(ls -d /sys/class/nvme/nvme* | head -1)
+kill -9 "$AGENT"
+for _ in $(seq 100); do
+  grep -q DOWN /sys/class/infiniband/urdman/ports/1/state && break
+  sleep 0.1
+done
+for _ in $(seq 200); do
+  [ "$(cat "$CTRL/state" 2>/dev/null)" != live ] && break
+  sleep 0.1
+done
+st=$(cat "$CTRL/state" 2>/dev/null)
+if grep -q DOWN /sys/class/infiniband/urdman/ports/1/state && [ "$st" != live ]; then
+  ok "a killed agent takes urdman down and the host leaves the live state ($st)"
+else
+  fail "a killed agent takes urdman down and the host leaves the live state ($st)"
+fi
+if start_agent; then ok "a new agent brings urdman up"; else fail "a new agent brings urdman up"; fi
+t0=$(date +%s)
+for _ in $(seq 600); do
+  [ "$(cat "$CTRL/state" 2>/dev/null)" = live ] && break
+  sleep 0.1
+done
+st=$(cat "$CTRL/state" 2>/dev/null)
+if [ "$st" = live ]; then
+  ok "the host reconnects through the new agent ($(($(date +%s) - t0)) s)"
+else
+  fail "the host reconnects through the new agent (state $st)"; dmesg | tail -10 | sed 's/^/    /'
+fi
+got=$(timeout 60 mount "$DEV" "$W/mnt" && cd "$W/mnt" && timeout 60 md5sum big small)
+if [ -n "$got" ] && [ "$got" = "$want" ]; then
+  ok "the files read back the same after the reconnection"
+else
+  fail "the files read back the same after the reconnection"
+fi
+umount "$W/mnt" 2>/dev/null
 
 if timeout 60 nvme disconnect -n $NQN >"$W/disc" 2>&1 && grep -q "disconnected 1" "$W/disc"; then
   ok "nvme disconnect"
