@@ -117,6 +117,15 @@ else
   exit 1
 fi
 
+# The kernel QPs are the RDMA core's objects like any other.
+rdma resource show qp link urdman/1 > "$W/res" 2>&1
+n=$(grep -c "type RC state RTS .*comm \[rdma_cm\]" "$W/res")
+if [ "$n" -eq 4 ]; then
+  ok "rdma resource show qp lists the 4 kernel RC QPs (host and target, admin and I/O queue)"
+else
+  fail "rdma resource show qp lists the 4 kernel RC QPs ($n)"; sed 's/^/    /' "$W/res"
+fi
+
 # A file system on the remote namespace; files written, read back after
 # a remount (the page cache dropped), with checksums.
 mkdir -p "$W/mnt"
@@ -179,10 +188,37 @@ else
 fi
 umount "$W/mnt" 2>/dev/null
 
+# The module cannot go while a NIC holds its file; once the agent is gone
+# it unloads, and the controller that used its device goes with it.
+if rmmod urdma 2>/dev/null; then
+  fail "rmmod urdma is refused while the agent holds /dev/urdma"
+else
+  ok "rmmod urdma is refused while the agent holds /dev/urdma"
+fi
 if timeout 60 nvme disconnect -n $NQN >"$W/disc" 2>&1 && grep -q "disconnected 1" "$W/disc"; then
   ok "nvme disconnect"
 else
   fail "nvme disconnect"; sed 's/^/    /' "$W/disc"
+fi
+timeout 90 nvme connect -t rdma -a $IP -s 4420 -n $NQN -i 1 -Q 32 \
+  --reconnect-delay=1 --ctrl-loss-tmo=5 \
+  --hostnqn=$HOSTNQN --hostid=$HOSTID >"$W/connect" 2>&1 || fail "nvme connect again"
+kill "$AGENT"
+for _ in $(seq 50); do kill -0 "$AGENT" 2>/dev/null || break; sleep 0.1; done
+rm -f $CFG/ports/1/subsystems/$NQN
+if timeout 30 rmmod urdma && ! lsmod | grep -q '^urdma '; then
+  ok "rmmod urdma once the agent is gone, a controller reconnecting"
+else
+  fail "rmmod urdma once the agent is gone, a controller reconnecting"
+fi
+for _ in $(seq 150); do
+  ls /sys/class/nvme/ 2>/dev/null | grep -q nvme || break
+  sleep 0.1
+done
+if ls /sys/class/nvme/ 2>/dev/null | grep -q nvme; then
+  fail "the controller gives up after its loss timeout"
+else
+  ok "the controller gives up after its loss timeout"
 fi
 if dmesg | grep -Eiq "WARNING|BUG|leak|Call Trace"; then
   fail "the kernel log is clean"; dmesg | grep -Ei -A5 "WARNING|BUG|leak|Call Trace" | head -20 | sed 's/^/    /'
