@@ -173,6 +173,8 @@ ssize_t urdma_chan_write(struct urdma_chan *chan, const char __user *buf,
 __poll_t urdma_chan_poll(struct urdma_chan *chan, struct file *file,
 			 poll_table *wait);
 int urdma_chan_queue(struct urdma_dev *dev, struct urdma_kmsg *m);
+int urdma_chan_queue_always(struct urdma_dev *dev, struct urdma_kmsg *m);
+void urdma_chan_kick(struct urdma_dev *dev);
 struct urdma_kmsg *urdma_kmsg_alloc(u32 len, gfp_t gfp);
 long urdma_chan_dma(struct urdma_chan *chan, void __user *arg);
 void urdma_chan_device_gone(struct urdma_dev *dev);
@@ -224,8 +226,8 @@ int urdma_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 enum ib_wc_status urdma_kmr_register(struct urdma_qp *qp,
 				     const struct ib_reg_wr *reg);
 enum ib_wc_status urdma_kmr_invalidate(struct urdma_qp *qp, u32 key);
-void urdma_kmr_invalidated(struct urdma_dev *dev, u32 key);
+void urdma_kmr_invalidated(struct urdma_qp *qp, u32 key);
 void urdma_kmr_replay(struct urdma_dev *dev);
-long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg);
+long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg, u8 *buf);
 
 #endif /* URDMA_H */

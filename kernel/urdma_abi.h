@@ -184,7 +184,7 @@ enum urdma_request_op {
 
 /*
  * A command about a kernel RC QP, answered by a URDMA_MSG_REPLY with the
- * same @seq. CREATE_QP: a QP in the kernel PD @pd with the capacities
+ * same @seq (a @seq of 0 wants no answer). CREATE_QP: a QP in the kernel PD @pd with the capacities
  * given (@hdr.qpn is 0; the reply's @value is the QP's number). MODIFY_QP:
  * the QP @hdr.qpn takes the attributes @mask (enum ib_qp_attr_mask) names,
  * with the values of enum ib_qp_state, ib_mtu and ib_access_flags, and the
@@ -299,6 +299,8 @@ enum urdma_mr_op {
 /*
  * A kernel MR's life: @op on the MR whose key is @key (for REGISTER, the
  * key it has from now on; the index bits stay) in the kernel PD @pd.
+ * Registration and invalidation take effect when posted, ahead of work
+ * requests posted before them that the NIC has not carried out yet.
  */
 struct urdma_msg_mr {
 	struct urdma_msg_hdr hdr;

@@ -33,6 +33,8 @@ struct urdma_chan {
 	wait_queue_head_t wait;		/* readers */
 	struct urdma_dev *dev;		/* attached device, or NULL */
 	bool attached;			/* was attached once */
+	u8 *bounce;			/* a page for URDMA_IOC_DMA, under
+					 * urdma_chan_mutex */
 };
 
 static DEFINE_MUTEX(urdma_chan_mutex);
@@ -53,6 +55,11 @@ struct urdma_chan *urdma_chan_open(void)
 
 	if (!chan)
 		return NULL;
+	chan->bounce = kmalloc(PAGE_SIZE, GFP_KERNEL);
+	if (!chan->bounce) {
+		kfree(chan);
+		return NULL;
+	}
 	spin_lock_init(&chan->lock);
 	INIT_LIST_HEAD(&chan->msgs);
 	init_waitqueue_head(&chan->wait);
@@ -99,16 +106,15 @@ void urdma_chan_release(struct urdma_chan *chan)
 		ib_device_put(&held->ibdev);
 	}
 	urdma_chan_free_msgs(&chan->msgs);
+	kfree(chan->bounce);
 	kfree(chan);
 }
 
-/* The device is being freed: its channel, if any, reads end of file. */
-void urdma_chan_device_gone(struct urdma_dev *dev)
+/* Detach @dev's channel, which then reads end of file (lock held). */
+static struct urdma_chan *urdma_chan_end(struct urdma_dev *dev)
 {
-	struct urdma_chan *chan;
+	struct urdma_chan *chan = dev->chan;
 
-	mutex_lock(&urdma_chan_mutex);
-	chan = dev->chan;
 	if (chan) {
 		urdma_chan_detach(chan, dev);
 		spin_lock_irq(&chan->lock);
@@ -116,7 +122,35 @@ void urdma_chan_device_gone(struct urdma_dev *dev)
 		spin_unlock_irq(&chan->lock);
 		wake_up_interruptible(&chan->wait);
 	}
+	return chan;
+}
+
+/* The device is being freed: its channel, if any, reads end of file. */
+void urdma_chan_device_gone(struct urdma_dev *dev)
+{
+	mutex_lock(&urdma_chan_mutex);
+	urdma_chan_end(dev);
 	mutex_unlock(&urdma_chan_mutex);
+}
+
+/*
+ * Let go of a NIC that no longer answers: its channel reads end of file,
+ * its kernel QPs are lost as when it leaves, and it reaches no kernel
+ * memory any more.
+ */
+void urdma_chan_kick(struct urdma_dev *dev)
+{
+	bool was;
+
+	mutex_lock(&urdma_chan_mutex);
+	was = urdma_chan_end(dev);
+	if (was) {
+		urdma_kqp_nic_gone(dev);
+		urdma_krc_nic_gone(dev);
+	}
+	mutex_unlock(&urdma_chan_mutex);
+	if (was)
+		urdma_port_changed(dev);
 }
 
 long urdma_chan_attach(struct urdma_chan *chan, void __user *arg)
@@ -172,7 +206,8 @@ long urdma_chan_attach(struct urdma_chan *chan, void __user *arg)
  * @m. Fails with -ENOTCONN when no NIC is attached, -ENOBUFS when the
  * NIC is too far behind.
  */
-int urdma_chan_queue(struct urdma_dev *dev, struct urdma_kmsg *m)
+static int urdma_chan_queue_limit(struct urdma_dev *dev, struct urdma_kmsg *m,
+				  size_t limit)
 {
 	struct urdma_chan *chan;
 	unsigned long flags;
@@ -182,7 +217,7 @@ int urdma_chan_queue(struct urdma_dev *dev, struct urdma_kmsg *m)
 	chan = dev->chan;
 	if (chan) {
 		spin_lock(&chan->lock);
-		if (chan->queued + m->len > URDMA_CHAN_MAX_QUEUED) {
+		if (chan->queued + m->len > limit) {
 			err = -ENOBUFS;
 		} else {
 			list_add_tail(&m->list, &chan->msgs);
@@ -197,6 +232,17 @@ int urdma_chan_queue(struct urdma_dev *dev, struct urdma_kmsg *m)
 	return err;
 }
 
+int urdma_chan_queue(struct urdma_dev *dev, struct urdma_kmsg *m)
+{
+	return urdma_chan_queue_limit(dev, m, URDMA_CHAN_MAX_QUEUED);
+}
+
+/* As urdma_chan_queue(), past the queue's limit too (bounded messages). */
+int urdma_chan_queue_always(struct urdma_dev *dev, struct urdma_kmsg *m)
+{
+	return urdma_chan_queue_limit(dev, m, SIZE_MAX);
+}
+
 /* URDMA_IOC_DMA: the attached NIC reaches a kernel MR. */
 long urdma_chan_dma(struct urdma_chan *chan, void __user *arg)
 {
@@ -204,7 +250,7 @@ long urdma_chan_dma(struct urdma_chan *chan, void __user *arg)
 
 	mutex_lock(&urdma_chan_mutex);
 	if (chan->dev)
-		err = urdma_kmr_dma(chan->dev, arg);
+		err = urdma_kmr_dma(chan->dev, arg, chan->bounce);
 	else
 		err = chan->attached ? -ENODEV : -ENOTCONN;
 	mutex_unlock(&urdma_chan_mutex);

@@ -34,27 +34,42 @@ static bool urdma_is_kernel_key(u32 key)
 	return key >> 24 == URDMA_KERNEL_KEY_TAG;
 }
 
-/* Tell the NIC of @dev (if any) @op on @mr (any context). */
-static void urdma_kmr_announce(struct urdma_dev *dev, struct urdma_mr *mr,
-			       u32 op)
+/*
+ * Tell the NIC of @dev @op on @mr, whose key, access and range are given
+ * (any context). -ENOTCONN without a NIC, -ENOMEM.
+ */
+static int urdma_kmr_tell(struct urdma_dev *dev, struct urdma_mr *mr, u32 op,
+			  u32 key, u32 access, u64 iova, u64 length)
 {
 	struct urdma_msg_mr *m;
 	struct urdma_kmsg *km;
 
 	km = urdma_kmsg_alloc(sizeof(*m), GFP_ATOMIC);
 	if (!km)
-		return;
+		return -ENOMEM;
 	m = (struct urdma_msg_mr *)km->data;
 	m->hdr.type = URDMA_MSG_MR;
 	m->hdr.len = km->len;
 	m->op = op;
-	m->key = mr->ibmr.lkey;
+	m->key = key;
 	m->pd = to_urdma_pd(mr->ibmr.pd)->id;
-	m->access = mr->access;
-	m->iova = mr->iova;
-	m->length = mr->length;
-	if (urdma_chan_queue(dev, km))
+	m->access = access;
+	m->iova = iova;
+	m->length = length;
+	/* MR messages are few (one per MR change): no queue limit. */
+	if (urdma_chan_queue_always(dev, km)) {
 		kfree(km);
+		return -ENOTCONN;
+	}
+	return 0;
+}
+
+/* Tell the NIC (if any) @op on @mr as it is now. */
+static void urdma_kmr_announce(struct urdma_dev *dev, struct urdma_mr *mr,
+			       u32 op)
+{
+	urdma_kmr_tell(dev, mr, op, mr->ibmr.lkey, mr->access, mr->iova,
+		       mr->length);
 }
 
 /* Give @mr a key and make it known (channel lock held). */
@@ -190,12 +205,19 @@ enum ib_wc_status urdma_kmr_register(struct urdma_qp *qp,
 	struct urdma_mr *mr = to_urdma_mr(reg->mr);
 	unsigned long flags;
 
+	/* Pages of at least PAGE_SIZE: a page-sized copy stays in one. */
 	if (reg->mr->device != qp->ibqp.device || !mr->fast ||
 	    reg->mr->pd != qp->ibqp.pd ||
 	    urdma_kmr_index(reg->key) != urdma_kmr_index(mr->ibmr.lkey) ||
 	    !urdma_is_kernel_key(reg->key) || !mr->npages ||
-	    !is_power_of_2(reg->mr->page_size) || reg->mr->page_size < SZ_4K)
+	    !is_power_of_2(reg->mr->page_size) ||
+	    reg->mr->page_size < PAGE_SIZE)
 		return IB_WC_LOC_PROT_ERR;
+	/* The NIC learns of it first: a registration it missed fails. */
+	if (urdma_kmr_tell(to_urdma(qp->ibqp.device), mr, URDMA_MR_REGISTER,
+			   reg->key, reg->access, reg->mr->iova,
+			   reg->mr->length))
+		return IB_WC_GENERAL_ERR;
 	spin_lock_irqsave(&mr->lock, flags);
 	mr->valid = true;
 	mr->access = reg->access;
@@ -206,7 +228,6 @@ enum ib_wc_status urdma_kmr_register(struct urdma_qp *qp,
 	mr->ibmr.lkey = reg->key;
 	mr->ibmr.rkey = reg->key;
 	spin_unlock_irqrestore(&mr->lock, flags);
-	urdma_kmr_announce(to_urdma(qp->ibqp.device), mr, URDMA_MR_REGISTER);
 	return IB_WC_SUCCESS;
 }
 
@@ -241,20 +262,32 @@ enum ib_wc_status urdma_kmr_invalidate(struct urdma_qp *qp, u32 key)
 	struct urdma_mr *mr;
 	bool ok;
 
+	enum ib_wc_status status = IB_WC_LOC_PROT_ERR;
+
 	rcu_read_lock();
 	mr = urdma_kmr_find(dev, key);
 	ok = mr && mr->ibmr.pd == qp->ibqp.pd && urdma_kmr_end(mr);
+	/*
+	 * Not valid here from now on, so the NIC reaches it no more even if
+	 * it missed the message.
+	 */
 	if (ok)
-		urdma_kmr_announce(dev, mr, URDMA_MR_INVALIDATE);
+		status = urdma_kmr_tell(dev, mr, URDMA_MR_INVALIDATE, key, 0,
+					0, 0) ? IB_WC_GENERAL_ERR :
+						IB_WC_SUCCESS;
 	rcu_read_unlock();
-	return ok ? IB_WC_SUCCESS : IB_WC_LOC_PROT_ERR;
+	return status;
 }
 
-/* A peer's SEND with invalidate ended @key (the NIC did it too). */
-void urdma_kmr_invalidated(struct urdma_dev *dev, u32 key)
+/* A peer's SEND with invalidate to @qp ended @key (the NIC did it too). */
+void urdma_kmr_invalidated(struct urdma_qp *qp, u32 key)
 {
+	struct urdma_mr *mr;
+
 	rcu_read_lock();
-	urdma_kmr_end(urdma_kmr_find(dev, key));
+	mr = urdma_kmr_find(to_urdma(qp->ibqp.device), key);
+	if (mr && mr->ibmr.pd == qp->ibqp.pd)
+		urdma_kmr_end(mr);
 	rcu_read_unlock();
 }
 
@@ -278,8 +311,8 @@ void urdma_kmr_replay(struct urdma_dev *dev)
  * on success the MR's lock is held too, until the caller's copy is done.
  */
 static void *urdma_kmr_map(struct urdma_dev *dev, u32 key, u64 iova, u32 len,
-			   struct urdma_mr **held, unsigned long *flags,
-			   int *err)
+			   bool write, struct urdma_mr **held,
+			   unsigned long *flags, int *err)
 {
 	struct urdma_mr *mr;
 	u64 idx, kaddr;
@@ -305,8 +338,16 @@ static void *urdma_kmr_map(struct urdma_dev *dev, u32 key, u64 iova, u32 len,
 	} else {
 		kaddr = iova;
 	}
-	if (!virt_addr_valid((void *)(uintptr_t)kaddr) ||
-	    !virt_addr_valid((void *)(uintptr_t)(kaddr + len - 1)))
+	/*
+	 * Memory of the linear map only (a copy stays in one page); writes
+	 * only to pages the page allocator gave out (not reserved memory,
+	 * such as the kernel image's or the zero page, which may be read).
+	 */
+	if (kaddr < PAGE_OFFSET || kaddr + len < kaddr ||
+	    kaddr + len > (u64)(uintptr_t)high_memory ||
+	    !virt_addr_valid((void *)(uintptr_t)kaddr) ||
+	    !virt_addr_valid((void *)(uintptr_t)(kaddr + len - 1)) ||
+	    (write && PageReserved(virt_to_page((void *)(uintptr_t)kaddr))))
 		goto fail;
 	*held = mr;
 	return (void *)(uintptr_t)kaddr;
@@ -319,7 +360,7 @@ fail:
  * URDMA_IOC_DMA: the NIC of @dev reads or writes a kernel MR, a page at
  * a time through a buffer here, each page checked as it is copied.
  */
-long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg)
+long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg, u8 *buf)
 {
 	struct urdma_mr *mr;
 	struct urdma_dma d;
@@ -327,7 +368,7 @@ long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg)
 	u32 done, n;
 	int err = 0;
 	void *kaddr;
-	u8 *buf;
+	u8 probe[1];
 
 	if (copy_from_user(&d, arg, sizeof(d)))
 		return -EFAULT;
@@ -335,9 +376,6 @@ long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg)
 		return -EINVAL;
 	if (d.iova + d.len < d.iova)
 		return -EFAULT;
-	buf = kmalloc(PAGE_SIZE, GFP_KERNEL);
-	if (!buf)
-		return -ENOMEM;
 	for (done = 0; done < d.len && !err; done += n) {
 		u64 at = d.iova + done;
 		void __user *ubuf = u64_to_user_ptr(d.buf + done);
@@ -348,19 +386,22 @@ long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg)
 			break;
 		}
 		rcu_read_lock();
-		kaddr = urdma_kmr_map(dev, d.key, at, n, &mr, &flags, &err);
+		kaddr = urdma_kmr_map(dev, d.key, at, n, d.write, &mr, &flags,
+				      &err);
 		if (kaddr) {
-			if (d.write)
+			/*
+			 * A page not mapped (debug_pagealloc, secret memory)
+			 * faults in the read, harmlessly; a write reads first.
+			 */
+			err = copy_from_kernel_nofault(d.write ? probe : buf,
+						       kaddr, d.write ? 1 : n);
+			if (!err && d.write)
 				memcpy(kaddr, buf, n);
-			else
-				memcpy(buf, kaddr, n);
 			spin_unlock_irqrestore(&mr->lock, flags);
-			err = 0;
 		}
 		rcu_read_unlock();
 		if (!err && !d.write && copy_to_user(ubuf, buf, n))
 			err = -EFAULT;
 	}
-	kfree(buf);
 	return err;
 }

@@ -37,16 +37,21 @@ struct urdma_kwr {
 	bool done;
 };
 
-/* A queue of work requests: numbers head..tail-1 are outstanding. */
+/*
+ * A queue of work requests: numbers head..tail-1 are outstanding, at most
+ * @size of them; the ring has a power of two of slots, so that numbers
+ * keep their slots when they wrap.
+ */
 struct urdma_kwq {
 	struct urdma_kwr *wr;
-	u32 size, head, tail;
+	u32 size, slots, head, tail;
 };
 
 struct urdma_krc {
 	spinlock_t lock;		/* guards the queues and lost */
 	struct urdma_kwq sq, rq;
 	bool lost;			/* the NIC that held the QP left */
+	struct urdma_kmsg *destroy;	/* the DESTROY_QP request, made early */
 };
 
 /* A request waiting for the NIC's answer. */
@@ -61,13 +66,14 @@ struct urdma_kreq {
 static int urdma_kwq_init(struct urdma_kwq *q, u32 size)
 {
 	q->size = size;
-	q->wr = kvcalloc(size, sizeof(*q->wr), GFP_KERNEL);
+	q->slots = roundup_pow_of_two(size);
+	q->wr = kvcalloc(q->slots, sizeof(*q->wr), GFP_KERNEL);
 	return q->wr ? 0 : -ENOMEM;
 }
 
 static struct urdma_kwr *urdma_kwq_at(struct urdma_kwq *q, u32 seq)
 {
-	return &q->wr[seq % q->size];
+	return &q->wr[seq & (q->slots - 1)];
 }
 
 /*
@@ -85,12 +91,14 @@ static int urdma_request(struct urdma_dev *dev, struct urdma_kmsg *km,
 	might_sleep();
 	init_completion(&req.done);
 	spin_lock_irq(&dev->kernel_lock);
-	req.seq = ++dev->next_request;
+	/* 0 names a request that wants no answer. */
+	req.seq = ++dev->next_request ?: ++dev->next_request;
 	list_add_tail(&req.list, &dev->requests);
 	spin_unlock_irq(&dev->kernel_lock);
 	m->seq = req.seq;
 
-	err = urdma_chan_queue(dev, km);
+	/* Requests are few and bounded: the queue's limit does not apply. */
+	err = urdma_chan_queue_always(dev, km);
 	if (err)
 		kfree(km);
 	else
@@ -144,6 +152,25 @@ static struct urdma_kmsg *urdma_request_alloc(u32 op, u32 qpn)
 	return km;
 }
 
+/*
+ * The NIC destroys the QP of @rc (its request made when the QP was). A NIC
+ * that does not confirm might still reach the QP's buffers afterwards:
+ * it is let go of, as if it had left.
+ */
+static void urdma_krc_forget(struct urdma_dev *dev, struct urdma_krc *rc)
+{
+	struct urdma_kmsg *km = rc->destroy;
+	int err;
+
+	rc->destroy = NULL;
+	err = urdma_request(dev, km, NULL);
+	if (err && err != -ENOTCONN && err != -ENOENT) {
+		pr_warn("urdma: %s: the NIC did not destroy a QP (%d): letting it go\n",
+			dev_name(&dev->ibdev.dev), err);
+		urdma_chan_kick(dev);
+	}
+}
+
 int urdma_create_krc(struct urdma_dev *dev, struct urdma_qp *qp,
 		     struct ib_qp_init_attr *init)
 {
@@ -175,9 +202,12 @@ int urdma_create_krc(struct urdma_dev *dev, struct urdma_qp *qp,
 		goto err_free;
 
 	err = -ENOMEM;
+	rc->destroy = urdma_request_alloc(URDMA_REQ_DESTROY_QP, 0);
 	km = urdma_request_alloc(URDMA_REQ_CREATE_QP, 0);
-	if (!km)
+	if (!km || !rc->destroy) {
+		kfree(km);
 		goto err_free;
+	}
 	m = (struct urdma_msg_request *)km->data;
 	m->pd = to_urdma_pd(qp->ibqp.pd)->id;
 	m->max_send_wr = cap->max_send_wr;
@@ -187,9 +217,10 @@ int urdma_create_krc(struct urdma_dev *dev, struct urdma_qp *qp,
 	err = urdma_request(dev, km, &qpn);
 	if (err)
 		goto err_free;
+	((struct urdma_msg_request *)rc->destroy->data)->hdr.qpn = qpn;
 	if (qpn < 2 || qpn > 0xffffff) {
 		err = -EIO;
-		goto err_free;
+		goto err_destroy;
 	}
 
 	spin_lock_init(&qp->lock);
@@ -204,10 +235,10 @@ int urdma_create_krc(struct urdma_dev *dev, struct urdma_qp *qp,
 	if (!err)
 		return 0;
 	qp->rc = NULL;
-	km = urdma_request_alloc(URDMA_REQ_DESTROY_QP, qpn);
-	if (km)
-		urdma_request(dev, km, NULL);
+err_destroy:
+	urdma_krc_forget(dev, rc);
 err_free:
+	kfree(rc->destroy);
 	kvfree(rc->sq.wr);
 	kvfree(rc->rq.wr);
 	kfree(rc);
@@ -217,19 +248,15 @@ err_free:
 void urdma_destroy_krc(struct urdma_dev *dev, struct urdma_qp *qp)
 {
 	struct urdma_krc *rc = qp->rc;
-	struct urdma_kmsg *km;
 
-	if (!READ_ONCE(rc->lost)) {
-		km = urdma_request_alloc(URDMA_REQ_DESTROY_QP,
-					 qp->ibqp.qp_num);
-		if (km)
-			urdma_request(dev, km, NULL);
-	}
+	if (!READ_ONCE(rc->lost))
+		urdma_krc_forget(dev, rc);
 	/* Deliveries run under the channel lock: none is under way after. */
 	urdma_chan_lock();
 	xa_erase(&dev->kqps, qp->ibqp.qp_num);
 	urdma_chan_unlock();
 	qp->rc = NULL;
+	kfree(rc->destroy);
 	kvfree(rc->sq.wr);
 	kvfree(rc->rq.wr);
 	kfree(rc);
@@ -376,6 +403,30 @@ static void urdma_krc_complete(struct urdma_qp *qp)
 		urdma_kcq_fire(rcq);
 	else if (fire_r)
 		urdma_kcq_fire(scq);
+}
+
+/*
+ * A work request failed here: the QP moves to ERR, at the NIC too (a
+ * request that wants no answer), so that what follows is flushed.
+ */
+static void urdma_krc_fail(struct urdma_qp *qp)
+{
+	struct urdma_msg_request *m;
+	struct urdma_kmsg *km;
+
+	WRITE_ONCE(qp->attr.qp_state, IB_QPS_ERR);
+	km = urdma_kmsg_alloc(sizeof(*m), GFP_ATOMIC);
+	if (!km)
+		return;
+	m = (struct urdma_msg_request *)km->data;
+	m->hdr.type = URDMA_MSG_REQUEST;
+	m->hdr.len = km->len;
+	m->hdr.qpn = qp->ibqp.qp_num;
+	m->op = URDMA_REQ_MODIFY_QP;
+	m->mask = IB_QP_STATE;
+	m->qp_state = IB_QPS_ERR;
+	if (urdma_chan_queue_always(to_urdma(qp->ibqp.device), km))
+		kfree(km);
 }
 
 /* Total length of @n buffers, or -EINVAL past 2^31 bytes. */
@@ -534,6 +585,8 @@ static int urdma_krc_send_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 	w->status = status;
 	spin_unlock_irqrestore(&rc->lock, flags);
 	kfree(km);
+	if (status != IB_WC_SUCCESS && status != IB_WC_WR_FLUSH_ERR)
+		urdma_krc_fail(qp);
 	if (done)
 		urdma_krc_complete(qp);
 	return 0;
@@ -564,11 +617,14 @@ static int urdma_krc_recv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
 	struct urdma_kwr *w;
 	unsigned long flags;
 	bool done = true;
+	s64 room;
 
 	if (READ_ONCE(qp->attr.qp_state) == IB_QPS_RESET)
 		return -EINVAL;
-	if (wr->num_sge < 0 || wr->num_sge > qp->cap.max_recv_sge ||
-	    urdma_sge_total(wr->sg_list, wr->num_sge) < 0)
+	if (wr->num_sge < 0 || wr->num_sge > qp->cap.max_recv_sge)
+		return -EINVAL;
+	room = urdma_sge_total(wr->sg_list, wr->num_sge);
+	if (room < 0)
 		return -EINVAL;
 	km = urdma_post_msg(qp, wr->sg_list, wr->num_sge);
 	if (!km)
@@ -597,6 +653,7 @@ static int urdma_krc_recv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
 	memset(w, 0, sizeof(*w));
 	w->wr_id = wr->wr_id;
 	w->opcode = IB_WC_RECV;
+	w->byte_len = room;	/* until the NIC says what arrived */
 	w->signaled = true;
 	w->done = done;
 	w->status = status;
@@ -639,6 +696,9 @@ static void urdma_krc_wc(struct urdma_qp *qp, const struct urdma_msg_wc *m)
 			w->done = true;
 			w->status = m->status;
 			w->vendor_err = m->vendor_err;
+			/* More than the buffers hold is the NIC's error. */
+			if (m->recv && m->byte_len > w->byte_len)
+				w->status = IB_WC_GENERAL_ERR;
 			if (m->recv) {
 				w->opcode = m->opcode == IB_WC_RECV_RDMA_WITH_IMM ?
 					    IB_WC_RECV_RDMA_WITH_IMM : IB_WC_RECV;
@@ -655,7 +715,7 @@ static void urdma_krc_wc(struct urdma_qp *qp, const struct urdma_msg_wc *m)
 	if (!ok)
 		return;
 	if (m->recv && m->status == IB_WC_SUCCESS && (m->flags & URDMA_WC_INV))
-		urdma_kmr_invalidated(to_urdma(qp->ibqp.device), m->ex);
+		urdma_kmr_invalidated(qp, m->ex);
 	if (m->status != IB_WC_SUCCESS && m->status != IB_WC_WR_FLUSH_ERR)
 		WRITE_ONCE(qp->attr.qp_state, IB_QPS_ERR);
 	urdma_krc_complete(qp);

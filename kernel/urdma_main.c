@@ -227,6 +227,8 @@ static void __exit urdma_exit(void)
 		else
 			msleep(10);
 	}
+	/* MRs are freed after a grace period, by code of this module. */
+	rcu_barrier();
 }
 
 module_init(urdma_init);

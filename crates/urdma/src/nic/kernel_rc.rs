@@ -347,6 +347,10 @@ impl KernelRc {
                         (e.errno(), 0)
                     }
                 };
+                // Request 0 wants no answer (a QP the kernel failed).
+                if r.seq == 0 {
+                    return Vec::new();
+                }
                 reply(r.qpn, r.seq, status, value)
             }
             RcMessage::Post(p) => self.post(driver, p),
