@@ -145,6 +145,24 @@ static inline struct urdma_srq *to_urdma_srq(struct ib_srq *ibsrq)
 	return container_of(ibsrq, struct urdma_srq, ibsrq);
 }
 
+/*
+ * Post each work request of the list @wr to @qp with @one (a function of
+ * the QP and one request); stops at the first refused, which *@bad_wr
+ * then names. Evaluates to 0 or that refusal's errno.
+ */
+#define urdma_post_each(one, qp, wr, bad_wr) ({			\
+	int __err = 0;							\
+									\
+	for (; (wr); (wr) = (wr)->next) {				\
+		__err = one(qp, wr);					\
+		if (__err) {						\
+			*(bad_wr) = (wr);				\
+			break;						\
+		}							\
+	}								\
+	__err;								\
+})
+
 /* A message for the NIC, queued on its channel. */
 struct urdma_kmsg {
 	struct list_head list;
@@ -158,6 +176,7 @@ void urdma_forget_device(struct urdma_dev *dev);
 struct urdma_dev *urdma_get_by_name(const char *name);
 struct urdma_dev *urdma_get_by_netdev(struct net_device *ndev);
 bool urdma_port_up(struct urdma_dev *dev);
+bool urdma_qp_event_type(u32 type);
 void urdma_port_changed(struct urdma_dev *dev);
 int urdma_nic_register(void);
 void urdma_nic_unregister(void);

@@ -595,16 +595,7 @@ static int urdma_krc_send_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 int urdma_post_krc_send(struct urdma_qp *qp, const struct ib_send_wr *wr,
 			const struct ib_send_wr **bad_wr)
 {
-	int err = 0;
-
-	for (; wr; wr = wr->next) {
-		err = urdma_krc_send_one(qp, wr);
-		if (err) {
-			*bad_wr = wr;
-			break;
-		}
-	}
-	return err;
+	return urdma_post_each(urdma_krc_send_one, qp, wr, bad_wr);
 }
 
 static int urdma_krc_recv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
@@ -667,16 +658,7 @@ static int urdma_krc_recv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
 int urdma_post_krc_recv(struct urdma_qp *qp, const struct ib_recv_wr *wr,
 			const struct ib_recv_wr **bad_wr)
 {
-	int err = 0;
-
-	for (; wr; wr = wr->next) {
-		err = urdma_krc_recv_one(qp, wr);
-		if (err) {
-			*bad_wr = wr;
-			break;
-		}
-	}
-	return err;
+	return urdma_post_each(urdma_krc_recv_one, qp, wr, bad_wr);
 }
 
 /* The NIC completed work request @m->seq of @qp. */
@@ -736,21 +718,6 @@ static void urdma_krc_event(struct urdma_qp *qp, enum ib_event_type type)
 		qp->ibqp.event_handler(&ev, qp->ibqp.qp_context);
 }
 
-static bool urdma_krc_event_ok(u32 type)
-{
-	switch (type) {
-	case IB_EVENT_QP_FATAL:
-	case IB_EVENT_QP_REQ_ERR:
-	case IB_EVENT_QP_ACCESS_ERR:
-	case IB_EVENT_COMM_EST:
-	case IB_EVENT_SQ_DRAINED:
-	case IB_EVENT_QP_LAST_WQE_REACHED:
-		return true;
-	default:
-		return false;
-	}
-}
-
 /*
  * A message from the NIC about kernel RC QPs (channel lock held): checked,
  * then carried out. One for a QP that is gone is dropped.
@@ -783,7 +750,7 @@ int urdma_krc_deliver(struct urdma_dev *dev, const void *msg, u32 len)
 	case URDMA_MSG_QP_EVENT: {
 		const struct urdma_msg_qp_event *e = msg;
 
-		if (len < sizeof(*e) || !urdma_krc_event_ok(e->event))
+		if (len < sizeof(*e) || !urdma_qp_event_type(e->event))
 			return -EINVAL;
 		qp = xa_load(&dev->kqps, hdr->qpn);
 		if (qp)

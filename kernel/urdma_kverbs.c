@@ -500,16 +500,7 @@ static int urdma_ksend_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 int urdma_post_ksend(struct urdma_qp *qp, const struct ib_send_wr *wr,
 		     const struct ib_send_wr **bad_wr)
 {
-	int err = 0;
-
-	for (; wr; wr = wr->next) {
-		err = urdma_ksend_one(qp, wr);
-		if (err) {
-			*bad_wr = wr;
-			break;
-		}
-	}
-	return err;
+	return urdma_post_each(urdma_ksend_one, qp, wr, bad_wr);
 }
 
 static int urdma_krecv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
@@ -550,16 +541,7 @@ static int urdma_krecv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
 int urdma_post_krecv(struct urdma_qp *qp, const struct ib_recv_wr *wr,
 		     const struct ib_recv_wr **bad_wr)
 {
-	int err = 0;
-
-	for (; wr; wr = wr->next) {
-		err = urdma_krecv_one(qp, wr);
-		if (err) {
-			*bad_wr = wr;
-			break;
-		}
-	}
-	return err;
+	return urdma_post_each(urdma_krecv_one, qp, wr, bad_wr);
 }
 
 /* Copy @len bytes of @src into the buffers of @sge from byte @off on. */

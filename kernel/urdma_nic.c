@@ -44,7 +44,8 @@ static int urdma_nic_cq_event(struct urdma_dev *dev, u32 id, u32 pid)
 	return err;
 }
 
-static bool urdma_qp_event_type(u32 type)
+/* True if @type is an asynchronous event of a QP. */
+bool urdma_qp_event_type(u32 type)
 {
 	switch (type) {
 	case IB_EVENT_QP_FATAL:
