@@ -64,7 +64,7 @@ exports! {
     "IBVERBS_1.7" fn ibv_reg_mr_iova(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut ibv_mr = v::pd::reg_mr_iova;
     "IBVERBS_1.8" fn ibv_reg_mr_iova2(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut ibv_mr = v::pd::reg_mr_iova2;
     "IBVERBS_1.1" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int = v::pd::dereg_mr;
-    "IBVERBS_1.1" fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> c_int = v::misc::rereg_mr;
+    "IBVERBS_1.1" fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> c_int = v::pd::rereg_mr;
     "IBVERBS_1.12" fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> *mut ibv_mr = v::misc::reg_dmabuf_mr;
 
     // Completion queues and channels.

@@ -17,7 +17,7 @@ unsafe extern "C" fn rereg_mr(
     access: c_int,
 ) -> c_int {
     // SAFETY: ibv_mr is the first field of verbs_mr.
-    unsafe { v::misc::rereg_mr(mr.cast(), flags, pd, addr, length, access) }
+    unsafe { v::pd::rereg_mr(mr.cast(), flags, pd, addr, length, access) }
 }
 
 /// `query_port`: the library passes a full `struct ibv_port_attr`.

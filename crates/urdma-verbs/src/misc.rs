@@ -348,23 +348,6 @@ pub unsafe extern "C" fn detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid:
     unsafe { attach_mcast(qp, gid, lid) }
 }
 
-/// `ibv_rereg_mr`: not supported (register a new region instead).
-pub unsafe extern "C" fn rereg_mr(
-    mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
-) -> c_int {
-    guard(libc::EIO, || {
-        ret_errno((|| {
-            crate::pd::Mr::from_ptr(mr)?;
-            Err(libc::EOPNOTSUPP)
-        })())
-    })
-}
-
 /// `ibv_reg_dmabuf_mr`: urdma cannot reach device memory.
 pub unsafe extern "C" fn reg_dmabuf_mr(
     pd: *mut ibv_pd,

@@ -6,7 +6,7 @@ use crate::context::Context;
 use crate::device::DevShared;
 use crate::handles::{self, Kind};
 use crate::sys::*;
-use crate::util::{ensure, guard, ret_errno, ret_ptr, VResult};
+use crate::util::{ensure, guard, ret_errno, ret_ptr, set_errno, VResult};
 use std::os::raw::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -157,13 +157,17 @@ fn check_mapped(addr: usize, len: usize) -> VResult<()> {
     Ok(())
 }
 
-fn reg(
+/// Register `length` bytes at `addr` in `pd`, visible at `iova` (with
+/// `rekey`: in place of the MR of that key, under it): the C view of the
+/// region and the engine's.
+fn register(
     pd: *mut ibv_pd,
     addr: *mut c_void,
     length: usize,
     iova: u64,
     access: u32,
-) -> VResult<*mut ibv_mr> {
+    rekey: Option<u32>,
+) -> VResult<(ibv_mr, Arc<MrEntry>, Arc<DevShared>)> {
     let p = Pd::from_ptr(pd)?;
     let flags = access_flags(access)?;
     ensure(length > 0, libc::EINVAL)?;
@@ -181,6 +185,7 @@ fn reg(
             access: flags,
             iova,
             mem,
+            rekey,
         })
         .map_err(|e| e.errno())?;
     // SAFETY: plain C data; zero is valid.
@@ -192,15 +197,97 @@ fn reg(
     ibv.handle = entry.lkey;
     ibv.lkey = entry.lkey;
     ibv.rkey = entry.rkey;
+    Ok((ibv, entry, p.dev.clone()))
+}
+
+fn reg(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> VResult<*mut ibv_mr> {
+    let (ibv, entry, dev) = register(pd, addr, length, iova, access, None)?;
     let m = Box::into_raw(Box::new(Mr {
         ibv,
         mr_type: 0,
         access: access as c_int,
-        dev: p.dev.clone(),
+        dev,
         entry,
     })) as *mut ibv_mr;
     handles::register(m, Kind::Mr);
     Ok(m)
+}
+
+/// `ibv_rereg_mr`: the region takes a new translation (`addr`, `length`,
+/// visible at `addr`), PD or access, as `flags` says, keeping what they do
+/// not name and its keys. The old region is out of reach once the new one
+/// is in place; on failure the MR is as it was. Returns 0, an errno (as a
+/// provider does: EINVAL for a PD of another device or bad access, EFAULT
+/// for memory not mapped), or, for unknown flags or none, as libibverbs
+/// itself: `IBV_REREG_MR_ERR_INPUT` with errno EINVAL.
+pub unsafe extern "C" fn rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    const TRANSLATION: c_int = IBV_REREG_MR_CHANGE_TRANSLATION as c_int;
+    const CHANGE_PD: c_int = IBV_REREG_MR_CHANGE_PD as c_int;
+    const CHANGE_ACCESS: c_int = IBV_REREG_MR_CHANGE_ACCESS as c_int;
+    guard(libc::EIO, || {
+        let r = (|| -> VResult<c_int> {
+            let m = Mr::from_ptr(mr)?;
+            let known = TRANSLATION | CHANGE_PD | CHANGE_ACCESS;
+            if flags == 0 || flags & !known != 0 {
+                // As libibverbs checks them: an input error, with errno.
+                set_errno(libc::EINVAL);
+                return Ok(IBV_REREG_MR_ERR_INPUT);
+            }
+            let new_pd = if flags & CHANGE_PD != 0 { pd } else { m.ibv.pd };
+            ensure(
+                Pd::from_ptr(new_pd)?.ibv.context == m.ibv.context,
+                libc::EINVAL,
+            )?;
+            let (new_addr, new_len, iova) = if flags & TRANSLATION != 0 {
+                (addr, length, addr as u64)
+            } else {
+                (m.ibv.addr, m.ibv.length, m.entry.iova)
+            };
+            let new_access = if flags & CHANGE_ACCESS != 0 {
+                access
+            } else {
+                m.access
+            };
+            let old = m.entry.lkey;
+            let (ibv, entry, _) = register(
+                new_pd,
+                new_addr,
+                new_len,
+                iova,
+                new_access as u32,
+                Some(old),
+            )?;
+            m.entry.mem.invalidate();
+            // SAFETY: mr is a live boxed Mr (checked above); the verbs
+            // contract gives ibv_rereg_mr the MR to itself while it runs.
+            let m = unsafe { &mut *(mr as *mut Mr) };
+            m.ibv.pd = ibv.pd;
+            m.ibv.addr = ibv.addr;
+            m.ibv.length = ibv.length;
+            m.ibv.lkey = ibv.lkey;
+            m.ibv.rkey = ibv.rkey;
+            m.access = new_access;
+            m.entry = entry;
+            Ok(0)
+        })();
+        r.unwrap_or_else(|e| {
+            set_errno(e);
+            e
+        })
+    })
 }
 
 /// `ibv_reg_mr`: register `length` bytes at `addr`, visible at IOVA `addr`.

@@ -95,6 +95,30 @@ static void memory(void)
 	CHECK(mr && mr->lkey);
 	if (mr)
 		CHECK(ibv_dereg_mr(mr) == 0);
+
+	/* Re-registration keeps the keys; bad input changes nothing. */
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr != NULL);
+	if (mr) {
+		uint32_t lkey = mr->lkey, rkey = mr->rkey;
+
+		errno = 0;
+		CHECK(ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0) ==
+		      IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
+		CHECK(ibv_rereg_mr(mr, 1 << 7, NULL, NULL, 0, 0) ==
+		      IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
+		RET_ERRNO(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION,
+				       NULL, NULL, 4096, 0), EFAULT);
+		RET_ERRNO(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL,
+				       NULL, 0, IBV_ACCESS_REMOTE_WRITE), EINVAL);
+		CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL,
+				   0, ACCESS) == 0 &&
+		      mr->lkey == lkey && mr->rkey == rkey);
+		CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL,
+				   buf, 4096, 0) == 0 &&
+		      mr->addr == buf && mr->length == 4096 && mr->lkey == lkey);
+		CHECK(ibv_dereg_mr(mr) == 0);
+	}
 	NULL_ERRNO(ibv_reg_dmabuf_mr(pd, 0, 4096, 0, 3, ACCESS), EOPNOTSUPP);
 }
 

@@ -165,6 +165,11 @@ void qp_errors(void)
 	      q.qp_state == IBV_QPS_RTS && q.path_mtu == IBV_MTU_1024 &&
 	      q.dest_qp_num == qp->qp_num && init.cap.max_inline_data == 64 &&
 	      init.send_cq == cq);
+	/* The mask of a query is a hint: any bits are taken (pyverbs asks
+	 * with 0x1ffffff), and every attribute comes back.
+	 */
+	CHECK(ibv_query_qp(qp, &q, 0x1ffffff, &init) == 0 &&
+	      q.qp_state == IBV_QPS_RTS);
 
 	/* Bad work requests. */
 	swr.opcode = 99;

@@ -68,6 +68,7 @@ impl Pd {
             access,
             iova,
             mem,
+            rekey: None,
         })?;
         Ok(Mr {
             inner: Arc::new(MrInner {

@@ -88,7 +88,8 @@ commands! {
         pd: u32,
     } -> Done(());
     /// Register memory in a PD, visible at `iova`, under a fresh
-    /// unpredictable key; answers the region.
+    /// unpredictable key (or, with `rekey`, under that MR's key, which it
+    /// then names instead: `ibv_rereg_mr`); answers the region.
     RegMr {
         /// The PD.
         pd: u32,
@@ -98,6 +99,8 @@ commands! {
         iova: u64,
         /// The memory.
         mem: MemRegion,
+        /// Re-register the MR of this key.
+        rekey: Option<u32>,
     } -> Mr(Arc<MrEntry>);
     /// Deregister an MR; in-flight work keeps the memory alive until done.
     DeregMr {
@@ -202,7 +205,7 @@ impl Engine {
         Ok(match cmd {
             C::AllocPd(AllocPd {}) => Reply::Number(self.alloc_pd()?),
             C::DeallocPd(c) => Reply::Done(self.dealloc_pd(c.pd)?),
-            C::RegMr(c) => Reply::Mr(self.reg_mr(c.pd, c.access, c.iova, c.mem)?),
+            C::RegMr(c) => Reply::Mr(self.reg_mr(c.pd, c.access, c.iova, c.mem, c.rekey)?),
             C::DeregMr(c) => Reply::Mr(self.dereg_mr(c.key)?),
             C::CreateQp(c) => Reply::Number(self.create_qp(c)?),
             C::ModifyQp(c) => Reply::Done(self.modify_qp(now, c.qpn, &c.attr, c.mask)?),

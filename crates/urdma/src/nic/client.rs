@@ -379,6 +379,7 @@ impl AgentLink {
                     addr: c.mem.addr() as u64,
                     len: c.mem.len() as u64,
                     shared: fd.is_some(),
+                    rekey: c.rekey,
                 };
                 let key = number(self.request(&req, fd.as_slice())?)?;
                 let entry = Arc::new(MrEntry::new(key, c.pd, c.access, c.iova, c.mem));

@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Protocol version; a driver and an agent of different versions refuse
 /// each other at [`Request::Hello`].
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 256 << 10;
@@ -69,6 +69,8 @@ pub enum Request {
         len: u64,
         /// The memory is the memfd passed with the request.
         shared: bool,
+        /// Re-register the driver's MR of this key (`ibv_rereg_mr`).
+        rekey: Option<u32>,
     },
     /// Deregister an MR.
     DeregMr {
@@ -354,6 +356,7 @@ mod tests {
             addr: 0x1000,
             len: 4096,
             shared: false,
+            rekey: None,
         };
         let back: Request = decode(&encode(&r).unwrap()).unwrap();
         assert!(matches!(

@@ -205,7 +205,13 @@ impl Session {
                 addr,
                 len,
                 shared,
+                rekey,
             } => {
+                if let Some(k) = rekey {
+                    if !self.mrs.contains_key(&k) {
+                        return Err(not_found("MR", k));
+                    }
+                }
                 let len = usize::try_from(len).map_err(|_| Error::inval("MR too large"))?;
                 let mem = if shared {
                     let fd = fds.pop().ok_or_else(|| Error::inval("MR memory missing"))?;
@@ -219,6 +225,7 @@ impl Session {
                     access,
                     iova,
                     mem,
+                    rekey,
                 })?;
                 let key = entry.lkey;
                 self.mrs.insert(key, entry);

@@ -51,6 +51,7 @@ impl Buf {
                     access: ALL_ACCESS,
                     iova,
                     mem,
+                    rekey: None,
                 },
             )
             .expect("reg_mr");

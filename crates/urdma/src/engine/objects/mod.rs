@@ -105,13 +105,16 @@ impl Engine {
         Ok(())
     }
 
-    /// Register `mem` in `pd`, visible at `iova`, with a fresh unpredictable key.
+    /// Register `mem` in `pd`, visible at `iova`, with a fresh unpredictable
+    /// key, or (`rekey`) under the key of an MR it replaces: the old region
+    /// is out of reach at once, as after a deregistration.
     pub(crate) fn reg_mr(
         &mut self,
         pd: u32,
         access: AccessFlags,
         iova: u64,
         mem: MemRegion,
+        rekey: Option<u32>,
     ) -> Result<Arc<MrEntry>> {
         use rand::Rng;
         if !self.pds.contains(&pd) {
@@ -129,6 +132,16 @@ impl Engine {
         }
         if iova.checked_add(mem.len() as u64).is_none() {
             return Err(Error::inval("iova + length overflows"));
+        }
+        if let Some(key) = rekey {
+            if is_kernel_key(key) || !self.mrs.contains_key(&key) {
+                return Err(Error::NotFound(format!("mr key {key:#x}")));
+            }
+            let entry = Arc::new(MrEntry::new(key, pd, access, iova, mem));
+            if let Some(old) = self.mrs.insert(key, entry.clone()) {
+                old.mem.invalidate();
+            }
+            return Ok(entry);
         }
         if self.mrs.len() >= self.attr.max_mr as usize {
             return Err(Error::Exhausted("memory regions".into()));

@@ -1,5 +1,6 @@
-//! SEND with invalidate: the requester's IETH opcodes and the responder
-//! ending the region the R_Key names.
+//! Regions that end under a live key: SEND with invalidate (the
+//! requester's IETH opcodes, the responder ending the region the R_Key
+//! names) and re-registration.
 
 use super::{opts, pattern, psn_ops, wc_summary, Pair, A, B};
 use crate::engine::SendOp;
@@ -85,4 +86,48 @@ fn kernel_regions_take_kernel_keys_only() {
         .insert_kernel_mr(0x1234_5600, pd, AccessFlags::all(), 0, mem, true);
     assert!(r.is_err());
     assert!(!crate::engine::is_kernel_key(p.n[B].mr.rkey));
+}
+
+/// Rule (`ibv_rereg_mr`): a re-registered region keeps its keys; the old
+/// memory is out of reach at once and a peer's access with the same R_Key
+/// reaches the new memory.
+#[test]
+fn reregistration_keeps_the_key_and_ends_the_old_memory() {
+    use crate::engine::command::RegMr;
+    let mut p = Pair::new(0x100, &opts(), 0x200, &opts());
+    let old = p.n[B].mr.clone();
+    let (pd, rkey, iova) = (old.pd, old.rkey, old.iova);
+    let fresh = MemRegion::allocate(4096).expect("memory");
+    let reg = RegMr {
+        pd,
+        access: AccessFlags::all(),
+        iova,
+        mem: fresh,
+        rekey: Some(rkey),
+    };
+    let entry = p.n[B].eng.call(0, reg).expect("rereg");
+    assert_eq!((entry.lkey, entry.rkey), (rkey, rkey));
+    assert!(
+        old.mem.read(0, &mut [0u8; 4]).is_err(),
+        "the old memory is out of reach"
+    );
+    p.n[A].write(0, &pattern(64, 9));
+    p.n[A].post(0, 1, SendOp::Write, (0, 64), (iova, rkey));
+    p.deliver_all(A);
+    p.deliver_all(B);
+    assert_eq!(
+        p.n[A].send_wcs().last().map(|w| w.status),
+        Some(WcStatus::Success)
+    );
+    let mut got = vec![0u8; 64];
+    entry.mem.read(0, &mut got).expect("read");
+    assert_eq!(got, pattern(64, 9));
+    let bad = RegMr {
+        pd,
+        access: AccessFlags::all(),
+        iova,
+        mem: MemRegion::allocate(64).expect("memory"),
+        rekey: Some(0x1234),
+    };
+    assert!(p.n[B].eng.call(0, bad).is_err(), "no MR of that key");
 }

@@ -148,6 +148,7 @@ impl Node {
             access: AccessFlags::all(),
             iova: 0x10_0000 * u64::from(host),
             mem,
+            rekey: None,
         };
         let mr = eng.call(0, reg).expect("mr");
         let scq = Arc::new(CqShared::new(1, 256));

@@ -17,6 +17,7 @@ fn addresses_and_seeds_are_deterministic() {
             crate::AccessFlags::LOCAL_WRITE,
             0,
             crate::mem::MemRegion::allocate(8).unwrap(),
+            None,
         )
         .unwrap()
         .lkey;
@@ -27,6 +28,7 @@ fn addresses_and_seeds_are_deterministic() {
             crate::AccessFlags::LOCAL_WRITE,
             0,
             crate::mem::MemRegion::allocate(8).unwrap(),
+            None,
         )
         .unwrap()
         .lkey;
