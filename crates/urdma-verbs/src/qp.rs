@@ -414,6 +414,16 @@ pub unsafe extern "C" fn modify_qp(
             if m.contains(QpAttrMask::STATE) {
                 // SAFETY: the QP is live; state is a plain field.
                 unsafe { (*qp).state = a.qp_state };
+                if a.qp_state == IBV_QPS_RESET {
+                    // Its completions still waiting go with its work.
+                    // SAFETY: the QP is live; its CQ pointers are its own.
+                    let (s, r) = unsafe { ((*qp).send_cq, (*qp).recv_cq) };
+                    for cq in [s, r] {
+                        if let Ok(c) = crate::cq::Cq::from_ptr(cq) {
+                            c.cq.shared().discard_qp(qpn);
+                        }
+                    }
+                }
             }
             Ok(())
         })())

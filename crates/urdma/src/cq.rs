@@ -377,6 +377,40 @@ impl CqShared {
         Ok(n)
     }
 
+    /// Drop the completions of QP `qpn` still waiting (consumer side, as
+    /// a QP moves to RESET; hardware drivers clean their CQs so too); the
+    /// others keep their order. The producer only writes at `tail` and
+    /// beyond, so the kept entries move toward it and `head` advances past
+    /// the slots freed. Returns how many were dropped.
+    pub fn discard_qp(&self, qpn: u32) -> usize {
+        let _g = self.lock_consumer();
+        let h = self.hdr();
+        let tail = h.tail.load(Acquire);
+        let head = h.head.load(Relaxed);
+        let Some(n) = self.occupancy(head, tail) else {
+            return 0;
+        };
+        let mut buf = [0u8; SLOT_LEN];
+        let mut dropped = 0u64;
+        // Newest first: a kept entry moves up by the number dropped after it.
+        for i in (0..n).rev() {
+            let idx = head.wrapping_add(i);
+            if self.map.read_bytes(self.slot_off(idx), &mut buf).is_err() {
+                return 0;
+            }
+            if decode(&buf).qp_num == qpn {
+                dropped += 1;
+            } else if dropped > 0 {
+                let to = self.slot_off(idx.wrapping_add(dropped));
+                if self.map.write_bytes(to, &buf).is_err() {
+                    return 0;
+                }
+            }
+        }
+        h.head.store(head.wrapping_add(dropped), Release);
+        dropped as usize
+    }
+
     /// Number of completions waiting.
     pub fn len(&self) -> usize {
         let h = self.hdr();
@@ -717,5 +751,33 @@ mod tests {
         let mut guard = [0u8; 4096];
         raw.read_bytes(len, &mut guard).unwrap();
         assert!(guard.iter().all(|&b| b == 0xa5));
+    }
+
+    #[test]
+    fn a_qp_moved_to_reset_leaves_no_completion_behind() {
+        let cq = CqShared::new(1, 4);
+        let of =
+            |id: u64, qpn: u32| WorkCompletion::new(id, WcStatus::Success, WcOpcode::Send, qpn);
+        // Wrap the ring once first, so the kept entries move across its end.
+        for id in 0..3 {
+            cq.push(of(id, 9), false).unwrap();
+        }
+        let mut out = Vec::new();
+        cq.poll(3, &mut out).unwrap();
+        for (id, qpn) in [(10, 1), (11, 2), (12, 1), (13, 3)] {
+            cq.push(of(id, qpn), false).unwrap();
+        }
+        assert_eq!(cq.discard_qp(1), 2);
+        assert_eq!(cq.discard_qp(7), 0);
+        out.clear();
+        cq.poll(8, &mut out).unwrap();
+        let ids: Vec<u64> = out.iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [11, 13]);
+        for id in 20..24 {
+            cq.push(of(id, 2), false).unwrap();
+        }
+        out.clear();
+        cq.poll(8, &mut out).unwrap();
+        assert_eq!(out.len(), 4, "the freed slots are usable again");
     }
 }
