@@ -207,6 +207,7 @@ void urdma_kcq_fire(struct urdma_cq *cq);
 void urdma_destroy_kcq(struct urdma_cq *cq);
 int urdma_poll_kcq(struct urdma_cq *cq, int n, struct ib_wc *wc);
 int urdma_notify_kcq(struct urdma_cq *cq, enum ib_cq_notify_flags flags);
+int urdma_kqp_init_ok(const struct ib_qp_init_attr *init, u32 max_sge);
 int urdma_create_kqp(struct urdma_dev *dev, struct urdma_qp *qp,
 		     struct ib_qp_init_attr *init);
 void urdma_destroy_kqp(struct urdma_dev *dev, struct urdma_qp *qp);

@@ -181,15 +181,9 @@ int urdma_create_krc(struct urdma_dev *dev, struct urdma_qp *qp,
 	u32 qpn;
 	int err;
 
-	if (init->create_flags || init->srq || init->port_num > 1)
-		return -EOPNOTSUPP;
-	if (!to_urdma_cq(init->send_cq)->k || !to_urdma_cq(init->recv_cq)->k)
-		return -EINVAL;
-	if (!cap->max_send_wr || cap->max_send_wr > URDMA_MAX_QP_WR ||
-	    !cap->max_recv_wr || cap->max_recv_wr > URDMA_MAX_QP_WR ||
-	    cap->max_send_sge > URDMA_MAX_SGE ||
-	    cap->max_recv_sge > URDMA_MAX_SGE || cap->max_inline_data)
-		return -EINVAL;
+	err = urdma_kqp_init_ok(init, URDMA_MAX_SGE);
+	if (err)
+		return err;
 
 	rc = kzalloc(sizeof(*rc), GFP_KERNEL);
 	if (!rc)
@@ -463,6 +457,44 @@ static struct urdma_kmsg *urdma_post_msg(struct urdma_qp *qp,
 	return km;
 }
 
+/*
+ * Under @rc's lock: hand @m (in *@km) to the NIC as work request @seq of
+ * its queue, unless the QP is in ERR or lost. False if it completes now,
+ * with *@status; on success the channel owns the message (*@km is NULL).
+ */
+static bool urdma_krc_hand_over(struct urdma_qp *qp, struct urdma_kmsg **km,
+				struct urdma_msg_post *m, u32 seq,
+				enum ib_wc_status *status)
+{
+	if (READ_ONCE(qp->attr.qp_state) == IB_QPS_ERR || qp->rc->lost) {
+		*status = IB_WC_WR_FLUSH_ERR;
+		return false;
+	}
+	m->seq = seq;
+	if (urdma_chan_queue(to_urdma(qp->ibqp.device), *km)) {
+		*status = IB_WC_GENERAL_ERR;
+		return false;
+	}
+	*km = NULL;
+	return true;
+}
+
+/* Record work request @wr_id as the next of @q (lock held). */
+static void urdma_kwq_push(struct urdma_kwq *q, u64 wr_id, u8 opcode,
+			   u32 byte_len, bool signaled, bool done,
+			   enum ib_wc_status status)
+{
+	struct urdma_kwr *w = urdma_kwq_at(q, q->tail++);
+
+	memset(w, 0, sizeof(*w));
+	w->wr_id = wr_id;
+	w->opcode = opcode;
+	w->byte_len = byte_len;
+	w->signaled = signaled;
+	w->done = done;
+	w->status = status;
+}
+
 /* The NIC's operation and the completion opcode of a send work request. */
 static int urdma_send_op(const struct ib_send_wr *wr, u8 *op, u8 *wc_op)
 {
@@ -502,13 +534,11 @@ static int urdma_send_op(const struct ib_send_wr *wr, u8 *op, u8 *wc_op)
  */
 static int urdma_krc_send_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 {
-	struct urdma_dev *dev = to_urdma(qp->ibqp.device);
 	enum ib_qp_state state = READ_ONCE(qp->attr.qp_state);
 	enum ib_wc_status status = IB_WC_SUCCESS;
 	struct urdma_krc *rc = qp->rc;
 	struct urdma_msg_post *m = NULL;
 	struct urdma_kmsg *km = NULL;
-	struct urdma_kwr *w;
 	unsigned long flags;
 	u8 op = 0, wc_op;
 	bool done;
@@ -559,30 +589,17 @@ static int urdma_krc_send_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 	 * departure flush under: a request is flushed there or here.
 	 */
 	done = true;
-	if (READ_ONCE(qp->attr.qp_state) == IB_QPS_ERR || rc->lost) {
+	if (READ_ONCE(qp->attr.qp_state) == IB_QPS_ERR || rc->lost)
 		status = IB_WC_WR_FLUSH_ERR;
-	} else if (wr->opcode == IB_WR_REG_MR) {
+	else if (wr->opcode == IB_WR_REG_MR)
 		status = urdma_kmr_register(qp, reg_wr(wr));
-	} else if (wr->opcode == IB_WR_LOCAL_INV) {
+	else if (wr->opcode == IB_WR_LOCAL_INV)
 		status = urdma_kmr_invalidate(qp, wr->ex.invalidate_rkey);
-	} else {
-		m->seq = rc->sq.tail;
-		if (urdma_chan_queue(dev, km)) {
-			status = IB_WC_GENERAL_ERR;
-		} else {
-			km = NULL;
-			done = false;
-		}
-	}
-	w = urdma_kwq_at(&rc->sq, rc->sq.tail++);
-	memset(w, 0, sizeof(*w));
-	w->wr_id = wr->wr_id;
-	w->opcode = wc_op;
-	w->byte_len = len;
-	w->signaled = qp->sq_sig_type == IB_SIGNAL_ALL_WR ||
-		      (wr->send_flags & IB_SEND_SIGNALED);
-	w->done = done;
-	w->status = status;
+	else
+		done = !urdma_krc_hand_over(qp, &km, m, rc->sq.tail, &status);
+	urdma_kwq_push(&rc->sq, wr->wr_id, wc_op, len,
+		       qp->sq_sig_type == IB_SIGNAL_ALL_WR ||
+		       (wr->send_flags & IB_SEND_SIGNALED), done, status);
 	spin_unlock_irqrestore(&rc->lock, flags);
 	kfree(km);
 	if (status != IB_WC_SUCCESS && status != IB_WC_WR_FLUSH_ERR)
@@ -600,12 +617,10 @@ int urdma_post_krc_send(struct urdma_qp *qp, const struct ib_send_wr *wr,
 
 static int urdma_krc_recv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
 {
-	struct urdma_dev *dev = to_urdma(qp->ibqp.device);
 	enum ib_wc_status status = IB_WC_SUCCESS;
 	struct urdma_krc *rc = qp->rc;
 	struct urdma_msg_post *m;
 	struct urdma_kmsg *km;
-	struct urdma_kwr *w;
 	unsigned long flags;
 	bool done = true;
 	s64 room;
@@ -629,25 +644,10 @@ static int urdma_krc_recv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
 		kfree(km);
 		return -ENOMEM;
 	}
-	if (READ_ONCE(qp->attr.qp_state) == IB_QPS_ERR || rc->lost) {
-		status = IB_WC_WR_FLUSH_ERR;
-	} else {
-		m->seq = rc->rq.tail;
-		if (urdma_chan_queue(dev, km)) {
-			status = IB_WC_GENERAL_ERR;
-		} else {
-			km = NULL;
-			done = false;
-		}
-	}
-	w = urdma_kwq_at(&rc->rq, rc->rq.tail++);
-	memset(w, 0, sizeof(*w));
-	w->wr_id = wr->wr_id;
-	w->opcode = IB_WC_RECV;
-	w->byte_len = room;	/* until the NIC says what arrived */
-	w->signaled = true;
-	w->done = done;
-	w->status = status;
+	done = !urdma_krc_hand_over(qp, &km, m, rc->rq.tail, &status);
+	/* The length is the buffers' until the NIC says what arrived. */
+	urdma_kwq_push(&rc->rq, wr->wr_id, IB_WC_RECV, room, true, done,
+		       status);
 	spin_unlock_irqrestore(&rc->lock, flags);
 	kfree(km);
 	if (done)

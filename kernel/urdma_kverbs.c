@@ -190,6 +190,27 @@ int urdma_notify_kcq(struct urdma_cq *cq, enum ib_cq_notify_flags flags)
 	return missed;
 }
 
+/*
+ * Whether a kernel QP can be made as @init asks: no flags or SRQ (-EOPNOTSUPP),
+ * kernel CQs, and queues within the device's limits with at most @max_sge
+ * buffers per request and no inline data (-EINVAL).
+ */
+int urdma_kqp_init_ok(const struct ib_qp_init_attr *init, u32 max_sge)
+{
+	const struct ib_qp_cap *cap = &init->cap;
+
+	if (init->create_flags || init->srq || init->port_num > 1)
+		return -EOPNOTSUPP;
+	if (!to_urdma_cq(init->send_cq)->k || !to_urdma_cq(init->recv_cq)->k)
+		return -EINVAL;
+	if (!cap->max_send_wr || cap->max_send_wr > URDMA_MAX_QP_WR ||
+	    !cap->max_recv_wr || cap->max_recv_wr > URDMA_MAX_QP_WR ||
+	    cap->max_send_sge > max_sge || cap->max_recv_sge > max_sge ||
+	    cap->max_inline_data)
+		return -EINVAL;
+	return 0;
+}
+
 int urdma_create_kqp(struct urdma_dev *dev, struct urdma_qp *qp,
 		     struct ib_qp_init_attr *init)
 {
@@ -199,15 +220,9 @@ int urdma_create_kqp(struct urdma_dev *dev, struct urdma_qp *qp,
 
 	if (init->qp_type != IB_QPT_GSI || init->port_num != 1)
 		return -EOPNOTSUPP;
-	if (init->create_flags || init->srq)
-		return -EOPNOTSUPP;
-	if (!to_urdma_cq(init->send_cq)->k || !to_urdma_cq(init->recv_cq)->k)
-		return -EINVAL;
-	if (!cap->max_send_wr || cap->max_send_wr > URDMA_MAX_QP_WR ||
-	    !cap->max_recv_wr || cap->max_recv_wr > URDMA_MAX_QP_WR ||
-	    cap->max_send_sge > URDMA_KQP_MAX_SGE ||
-	    cap->max_recv_sge > URDMA_KQP_MAX_SGE || cap->max_inline_data)
-		return -EINVAL;
+	err = urdma_kqp_init_ok(init, URDMA_KQP_MAX_SGE);
+	if (err)
+		return err;
 
 	k = kzalloc(sizeof(*k), GFP_KERNEL);
 	if (!k)
