@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
                 access: all,
                 iova: 0x10000,
                 mem,
+                rekey: None,
             },
         )
         .unwrap();
