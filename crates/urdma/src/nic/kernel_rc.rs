@@ -77,6 +77,10 @@ pub struct Request {
     cap: QpCap,
     mask: u32,
     attr: QpAttr,
+    /// The state, current state and path MTU as sent (checked when used).
+    raw_state: u32,
+    raw_cur_state: u32,
+    raw_mtu: u32,
 }
 
 /// A work request of a kernel QP (`struct urdma_msg_post`).
@@ -168,6 +172,9 @@ pub fn parse(kind: u16, m: &[u8], at: usize) -> Result<RcMessage, BadMessage> {
                 },
                 mask: u32_at(m, 36),
                 attr,
+                raw_state: u32_at(m, 40),
+                raw_cur_state: u32_at(m, 44),
+                raw_mtu: u32_at(m, 48),
             }))
         }
         MSG_POST => {
@@ -366,11 +373,16 @@ impl KernelRc {
     fn request(&mut self, driver: &UdpDriver, r: &Request) -> crate::Result<u32> {
         match r.op {
             REQ_CREATE_QP => {
+                // Checked before the CQ is sized from them.
+                let max_wr = driver.inspect(|e| e.attr().max_qp_wr);
+                if r.cap.max_send_wr > max_wr || r.cap.max_recv_wr > max_wr {
+                    return Err(crate::Error::inval("queue depth above max_qp_wr"));
+                }
                 let pd = self.pd(driver, r.pd)?;
                 let depth = (r.cap.max_send_wr as usize + r.cap.max_recv_wr as usize) * 2;
                 let cqn = self.next_cqn;
                 self.next_cqn = self.next_cqn.wrapping_add(1) | KERNEL_CQN_BASE;
-                let cq = Arc::new(CqShared::new(cqn, depth.max(16)));
+                let cq = Arc::new(CqShared::new_shared(cqn, depth.max(16))?);
                 let wake = self.wake.clone();
                 cq.set_notifier(Some(Box::new(move || wake())));
                 cq.req_notify(false);
@@ -390,6 +402,16 @@ impl KernelRc {
             REQ_MODIFY_QP => {
                 self.known(r.qpn)?;
                 let mask = QpAttrMask::from_bits_truncate(r.mask);
+                let bad = |m, ok: bool| mask.contains(m) && !ok;
+                if bad(QpAttrMask::STATE, QpState::from_raw(r.raw_state).is_some())
+                    || bad(
+                        QpAttrMask::CUR_STATE,
+                        QpState::from_raw(r.raw_cur_state).is_some(),
+                    )
+                    || bad(QpAttrMask::PATH_MTU, Mtu::from_raw(r.raw_mtu).is_some())
+                {
+                    return Err(crate::Error::inval("unknown QP state or path MTU"));
+                }
                 let mut attr = r.attr;
                 attr.pkey_index = 0;
                 attr.port_num = 1;
@@ -398,6 +420,12 @@ impl KernelRc {
                     attr,
                     mask,
                 })?;
+                if mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset {
+                    // What the QP completed before is not the kernel's to see.
+                    if let Some(qp) = self.qps.get(&r.qpn) {
+                        qp.cq.discard_qp(r.qpn);
+                    }
+                }
                 Ok(0)
             }
             REQ_DESTROY_QP => {
@@ -436,7 +464,13 @@ impl KernelRc {
             )
         };
         if !self.qps.contains_key(&p.qpn) {
-            return Vec::new();
+            // Every kernel work request completes, even on no QP.
+            let op = if p.recv {
+                WcOpcode::Recv
+            } else {
+                WcOpcode::Send
+            };
+            return refused(crate::Error::NotFound(format!("kernel qp {}", p.qpn)), op);
         }
         if p.recv {
             let wr = RecvRequest {
