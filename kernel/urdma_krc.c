@@ -622,7 +622,7 @@ static int urdma_krc_recv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
 	struct urdma_msg_post *m;
 	struct urdma_kmsg *km;
 	unsigned long flags;
-	bool done = true;
+	bool done;
 	s64 room;
 
 	if (READ_ONCE(qp->attr.qp_state) == IB_QPS_RESET)
