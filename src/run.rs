@@ -1,5 +1,6 @@
-//! `urdma run [--addr IP] -- CMD ARGS`: run an unmodified verbs program
-//! on urdma, with urdma's libibverbs.so.1 in front of the system's.
+//! `urdma run [--addr IP] -- CMD ARGS`: run an unmodified verbs or
+//! rdma_cm program on urdma, with urdma's libibverbs.so.1 and
+//! librdmacm.so.1 in front of the system's.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -13,6 +14,9 @@ use std::path::{Path, PathBuf};
 const SONAME: &str = "libibverbs.so.1";
 /// The file cargo builds.
 const BUILT: &str = "libibverbs.so";
+/// The connection manager's library: (the file programs load, the file
+/// cargo builds), put beside the verbs library.
+const RDMACM: (&str, &str) = ("librdmacm.so.1", "librdmacm.so");
 
 /// Arguments of `urdma run`.
 #[derive(Args)]
@@ -115,10 +119,34 @@ fn soname_dir() -> Result<PathBuf> {
     Ok(priv_dir)
 }
 
+/// Make `dir` (which holds urdma's libibverbs.so.1) hold urdma's
+/// librdmacm.so.1 too: the one built with the verbs library.
+fn link_rdmacm(dir: &Path) -> Result<()> {
+    let (soname, built) = RDMACM;
+    if dir.join(soname).exists() && !dir.join(BUILT).exists() {
+        return Ok(());
+    }
+    let verbs = dir.join(SONAME).canonicalize()?;
+    let from = verbs.parent().map(|p| p.join(built));
+    let Some(from) = from.filter(|f| f.exists()) else {
+        bail!(
+            "no {built} beside {} (build urdma with `cargo build --release`)",
+            verbs.display()
+        );
+    };
+    let link = dir.join(soname);
+    if std::fs::read_link(&link).ok().as_deref() != Some(from.as_path()) {
+        let _ = std::fs::remove_file(&link);
+        symlink(&from, &link).with_context(|| format!("cannot create {}", link.display()))?;
+    }
+    Ok(())
+}
+
 /// Exec the command with urdma's library first on the library path; on
 /// success this does not return, and the command's exit status is urdma's.
 pub fn run(a: &RunArgs) -> Result<()> {
     let dir = soname_dir()?;
+    link_rdmacm(&dir)?;
     let mut path = OsString::from(dir.as_os_str());
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
         path.push(":");

@@ -26,6 +26,7 @@ const NODES: &[(&str, Option<&str>)] = &[
     ("IBVERBS_1.13", Some("IBVERBS_1.12")),
     ("IBVERBS_1.14", Some("IBVERBS_1.13")),
     ("IBVERBS_PRIVATE_34", None),
+    ("URDMA_PRIVATE_1", None),
 ];
 
 fn main() {

@@ -32,6 +32,7 @@
 
 pub mod ah;
 pub mod channel;
+pub mod cm;
 pub mod context;
 pub mod cq;
 pub mod device;

@@ -31,7 +31,7 @@ mod conn;
 mod handle;
 mod ops;
 
-pub use ops::CmOp;
+pub use ops::{CmOp, CM_WIRE_MAX};
 
 use crate::error::{Error, Result};
 use crate::verbs::Gid;

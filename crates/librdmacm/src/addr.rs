@@ -1,0 +1,370 @@
+//! Addresses: binding, address and route resolution (RoCE has no SA: a
+//! route is the device that holds the source address and a path record
+//! filled locally), `rdma_getaddrinfo`.
+
+use crate::state::{event, lock, Locked};
+use crate::sys::*;
+use std::ffi::{c_char, c_void, CStr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::raw::c_int;
+
+/// A C socket address (`AF_INET` or `AF_INET6`) at `p`, if it is one.
+pub fn from_c(p: *const c_void) -> Option<SocketAddr> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller passes a socket address; sa_family comes first in
+    // every form, and the form it names is read whole.
+    unsafe {
+        match c_int::from((*(p as *const libc::sockaddr)).sa_family) {
+            libc::AF_INET => {
+                let s = &*(p as *const libc::sockaddr_in);
+                let ip = Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr));
+                Some(SocketAddr::new(ip.into(), u16::from_be(s.sin_port)))
+            }
+            libc::AF_INET6 => {
+                let s = &*(p as *const libc::sockaddr_in6);
+                let ip = std::net::Ipv6Addr::from(s.sin6_addr.s6_addr);
+                Some(SocketAddr::new(ip.into(), u16::from_be(s.sin6_port)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Write `a` at `p` (room for a `sockaddr_storage`).
+pub fn to_c(a: SocketAddr, p: *mut c_void) {
+    let p = p as *mut libc::sockaddr_storage;
+    // SAFETY: the caller passes room for a sockaddr_storage, which is
+    // plain data.
+    unsafe {
+        std::ptr::write_bytes(p, 0, 1);
+        match a {
+            SocketAddr::V4(a) => {
+                let s = &mut *(p as *mut libc::sockaddr_in);
+                s.sin_family = libc::AF_INET as libc::sa_family_t;
+                s.sin_port = a.port().to_be();
+                s.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            }
+            SocketAddr::V6(a) => {
+                let s = &mut *(p as *mut libc::sockaddr_in6);
+                s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                s.sin6_port = a.port().to_be();
+                s.sin6_addr.s6_addr = a.ip().octets();
+            }
+        }
+    }
+}
+
+/// The GID of an IP address (IPv4-mapped for IPv4), as RoCEv2 has it.
+pub fn gid_of(ip: IpAddr) -> ibv_gid {
+    let raw = match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    };
+    ibv_gid { raw }
+}
+
+/// Take a free port of port space `ps` (`want` if not 0).
+fn take_port(st: &mut Locked, ps: u32, want: u16) -> Result<u16, i32> {
+    if want != 0 {
+        return match st.ports.insert((ps, want)) {
+            true => Ok(want),
+            false => Err(libc::EADDRINUSE),
+        };
+    }
+    let mut seed = [0u8; 2];
+    // SAFETY: getrandom fills the 2 bytes of seed.
+    unsafe { libc::getrandom(seed.as_mut_ptr().cast(), 2, 0) };
+    let span = 61000 - 32768;
+    let start = u16::from_ne_bytes(seed) as u32 % span;
+    for i in 0..span {
+        let port = (32768 + (start + i) % span) as u16;
+        if st.ports.insert((ps, port)) {
+            return Ok(port);
+        }
+    }
+    Err(libc::EADDRINUSE)
+}
+
+/// Bind `id` to `a` (a device's address or the wildcard).
+pub fn bind(st: &mut Locked, id: *mut rdma_cm_id, a: SocketAddr) -> Result<(), i32> {
+    crate::nic::open_devices(st);
+    let dev = match a.ip().is_unspecified() {
+        true => None,
+        false => Some(st.dev_of(a.ip()).ok_or(libc::EADDRNOTAVAIL)?),
+    };
+    // SAFETY: id is live (the caller checked it in the table).
+    let ps = unsafe { (*id).ps };
+    let s = st.id(id)?;
+    if s.src.is_some() {
+        return Err(libc::EINVAL);
+    }
+    let port = take_port(st, ps, a.port())?;
+    let src = SocketAddr::new(a.ip(), port);
+    let s = st.id(id)?;
+    s.src = Some(src);
+    s.dev = dev;
+    // SAFETY: id is live; its route is plain data this library keeps.
+    unsafe {
+        to_c(
+            src,
+            std::ptr::addr_of_mut!((*id).route.addr.__bindgen_anon_1).cast(),
+        );
+        if let Some(d) = dev {
+            (*id).verbs = st.devs[d].ctx as *mut ibv_context;
+            (*id).port_num = 1;
+            (*id).route.addr.addr.ibaddr.sgid = gid_of(a.ip());
+            (*id).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+        }
+    }
+    Ok(())
+}
+
+/// The address the kernel's routing picks as the source towards `dst`.
+fn route_source(dst: IpAddr) -> Option<IpAddr> {
+    let any: IpAddr = match dst {
+        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let s = UdpSocket::bind(SocketAddr::new(any, 0)).ok()?;
+    s.connect(SocketAddr::new(dst, 9)).ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}
+
+/// `rdma_resolve_addr`: the device towards `dst` (the bound one, the one
+/// of `src`, the one holding the routing's source address, or the only
+/// one), then ADDR_RESOLVED.
+pub fn resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *const c_void,
+    dst: *const c_void,
+) -> Result<(), i32> {
+    let dst = from_c(dst).ok_or(libc::EAFNOSUPPORT)?;
+    let mut st = lock();
+    crate::nic::open_devices(&mut st);
+    let s = st.id(id)?;
+    if s.conn.is_some() || !s.listens.is_empty() {
+        return Err(libc::EINVAL);
+    }
+    if s.src.is_none() {
+        let want = from_c(src).unwrap_or_else(|| {
+            let ip = route_source(dst.ip())
+                .filter(|ip| st.dev_of(*ip).is_some())
+                .or_else(|| (st.devs.len() == 1).then(|| st.devs[0].addr.ip()))
+                .or_else(|| st.devs.first().map(|d| d.addr.ip()))
+                .unwrap_or(Ipv4Addr::UNSPECIFIED.into());
+            SocketAddr::new(ip, 0)
+        });
+        if want.ip().is_unspecified() {
+            return Err(libc::ENODEV);
+        }
+        bind(&mut st, id, want)?;
+    }
+    let s = st.id(id)?;
+    let src = s.src.ok_or(libc::EINVAL)?;
+    let dev = match s.dev {
+        Some(d) => d,
+        None => {
+            // Bound to the wildcard: the device of the routing's source.
+            let d = route_source(dst.ip())
+                .and_then(|ip| st.dev_of(ip))
+                .or_else(|| (!st.devs.is_empty()).then_some(0))
+                .ok_or(libc::ENODEV)?;
+            let ip = st.devs[d].addr.ip();
+            // SAFETY: id is live.
+            unsafe {
+                (*id).verbs = st.devs[d].ctx as *mut ibv_context;
+                (*id).port_num = 1;
+                (*id).route.addr.addr.ibaddr.sgid = gid_of(ip);
+                to_c(
+                    SocketAddr::new(ip, src.port()),
+                    std::ptr::addr_of_mut!((*id).route.addr.__bindgen_anon_1).cast(),
+                );
+            }
+            let s = st.id(id)?;
+            s.src = Some(SocketAddr::new(ip, src.port()));
+            s.dev = Some(d);
+            d
+        }
+    };
+    let _ = dev;
+    let s = st.id(id)?;
+    s.dst = Some(dst);
+    // SAFETY: id is live.
+    unsafe {
+        to_c(
+            dst,
+            std::ptr::addr_of_mut!((*id).route.addr.__bindgen_anon_2).cast(),
+        );
+        (*id).route.addr.addr.ibaddr.dgid = gid_of(dst.ip());
+        (*id).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+    }
+    st.push(
+        id as usize,
+        event(id as usize, RDMA_CM_EVENT_ADDR_RESOLVED, 0),
+    );
+    Ok(())
+}
+
+/// `rdma_resolve_route`: fill the path record, then ROUTE_RESOLVED.
+pub fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
+    let mut st = lock();
+    let s = st.id(id)?;
+    let (Some(dev), Some(src), Some(dst)) = (s.dev, s.src, s.dst) else {
+        return Err(libc::EINVAL);
+    };
+    let tos = s.tos;
+    let mtu = st.devs[dev].mtu;
+    // SAFETY: ibv_sa_path_rec is plain C data; all-zero is valid.
+    let mut path: Box<ibv_sa_path_rec> = Box::new(unsafe { std::mem::zeroed() });
+    path.sgid = gid_of(src.ip());
+    path.dgid = gid_of(dst.ip());
+    path.pkey = 0xffffu16.to_be();
+    path.hop_limit = 64;
+    path.traffic_class = tos;
+    path.mtu_selector = 2;
+    path.mtu = mtu as u8;
+    path.rate_selector = 2;
+    path.packet_life_time_selector = 2;
+    path.packet_life_time = 16;
+    path.reversible = 1;
+    path.numb_path = 1;
+    let flow = (u32::from(src.port()) * 31 + u32::from(dst.port())) & 0xfffff;
+    path.flow_label = flow.to_be();
+    let p = &mut *path as *mut ibv_sa_path_rec;
+    let s = st.id(id)?;
+    s.path = Some(path);
+    // SAFETY: id is live; the path record lives as long as the ID.
+    unsafe {
+        (*id).route.path_rec = p;
+        (*id).route.num_paths = 1;
+    }
+    st.push(
+        id as usize,
+        event(id as usize, RDMA_CM_EVENT_ROUTE_RESOLVED, 0),
+    );
+    Ok(())
+}
+
+/// The port of the socket address at `p` (0 if none).
+pub fn port_of(p: *const c_void) -> u16 {
+    from_c(p).map(|a| a.port()).unwrap_or(0)
+}
+
+/// An `rdma_addrinfo` with the addresses it points to, freed as one.
+#[repr(C)]
+struct AddrInfo {
+    rai: rdma_addrinfo,
+    src: libc::sockaddr_storage,
+    dst: libc::sockaddr_storage,
+}
+
+/// `rdma_getaddrinfo`: numeric or named hosts, IPv4 or IPv6; the address
+/// is the source with `RAI_PASSIVE`, else the destination.
+pub fn getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+) -> Result<*mut rdma_addrinfo, i32> {
+    if node.is_null() && service.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: hints is null or a readable rdma_addrinfo (the caller's
+    // contract); plain data.
+    let h: rdma_addrinfo = match hints.is_null() {
+        true => unsafe { std::mem::zeroed() },
+        false => unsafe { *hints },
+    };
+    let passive = h.ai_flags as u32 & RAI_PASSIVE != 0;
+    let port = match service.is_null() {
+        true => 0,
+        // SAFETY: a non-null service is a NUL-terminated string.
+        false => unsafe { CStr::from_ptr(service) }
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse::<u16>().ok())
+            .ok_or(libc::EINVAL)?,
+    };
+    let ip = match node.is_null() {
+        true if h.ai_family == libc::AF_INET6 => std::net::Ipv6Addr::UNSPECIFIED.into(),
+        true => Ipv4Addr::UNSPECIFIED.into(),
+        false => lookup(node, h.ai_family)?,
+    };
+    let a = SocketAddr::new(ip, port);
+    // SAFETY: AddrInfo is plain C data; all-zero is valid.
+    let mut b: Box<AddrInfo> = Box::new(unsafe { std::mem::zeroed() });
+    b.rai.ai_flags = h.ai_flags;
+    b.rai.ai_family = match ip {
+        IpAddr::V4(_) => libc::AF_INET,
+        IpAddr::V6(_) => libc::AF_INET6,
+    };
+    b.rai.ai_qp_type = if h.ai_qp_type != 0 {
+        h.ai_qp_type
+    } else {
+        IBV_QPT_RC as c_int
+    };
+    b.rai.ai_port_space = if h.ai_port_space != 0 {
+        h.ai_port_space
+    } else {
+        RDMA_PS_TCP as c_int
+    };
+    let len = match ip {
+        IpAddr::V4(_) => std::mem::size_of::<libc::sockaddr_in>(),
+        IpAddr::V6(_) => std::mem::size_of::<libc::sockaddr_in6>(),
+    } as libc::socklen_t;
+    let raw = Box::into_raw(b);
+    // SAFETY: raw is a live box; the addresses point inside it.
+    unsafe {
+        let r = &mut (*raw).rai;
+        if passive {
+            to_c(a, std::ptr::addr_of_mut!((*raw).src).cast());
+            r.ai_src_addr = std::ptr::addr_of_mut!((*raw).src).cast();
+            r.ai_src_len = len;
+        } else {
+            to_c(a, std::ptr::addr_of_mut!((*raw).dst).cast());
+            r.ai_dst_addr = std::ptr::addr_of_mut!((*raw).dst).cast();
+            r.ai_dst_len = len;
+            if let Some(src) = from_c(h.ai_src_addr as *const c_void) {
+                to_c(src, std::ptr::addr_of_mut!((*raw).src).cast());
+                r.ai_src_addr = std::ptr::addr_of_mut!((*raw).src).cast();
+                r.ai_src_len = h.ai_src_len;
+            }
+        }
+        Ok(std::ptr::addr_of_mut!((*raw).rai))
+    }
+}
+
+/// Resolve a host name or numeric address.
+fn lookup(node: *const c_char, family: c_int) -> Result<IpAddr, i32> {
+    // SAFETY: node is a NUL-terminated string (checked non-null).
+    let name = unsafe { CStr::from_ptr(node) }
+        .to_str()
+        .map_err(|_| libc::EINVAL)?;
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return Ok(ip);
+    }
+    use std::net::ToSocketAddrs;
+    let addrs = (name, 0)
+        .to_socket_addrs()
+        .map_err(|_| libc::EADDRNOTAVAIL)?;
+    let mut addrs = addrs.map(|a| a.ip());
+    let pick = match family {
+        libc::AF_INET => addrs.find(IpAddr::is_ipv4),
+        libc::AF_INET6 => addrs.find(IpAddr::is_ipv6),
+        _ => addrs.next(),
+    };
+    pick.ok_or(libc::EADDRNOTAVAIL)
+}
+
+/// `rdma_freeaddrinfo`.
+pub fn freeaddrinfo(res: *mut rdma_addrinfo) {
+    let mut p = res;
+    while !p.is_null() {
+        // SAFETY: p came from getaddrinfo (rai is the first field of a
+        // boxed AddrInfo).
+        let next = unsafe { (*p).ai_next };
+        drop(unsafe { Box::from_raw(p as *mut AddrInfo) });
+        p = next;
+    }
+}
