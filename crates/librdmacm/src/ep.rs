@@ -45,7 +45,9 @@ fn setup(
         crate::addr::bind(&mut st, id, src)?;
         if !attr.is_null() {
             // SAFETY: attr is readable (the caller's contract).
-            let a = unsafe { *attr };
+            let mut a = unsafe { *attr };
+            // The endpoint's QP is of the endpoint's type.
+            a.qp_type = r.ai_qp_type as u32;
             st.id(id)?.ep_qp = Some(crate::state::EpQp {
                 pd: pd as usize,
                 attr: a,
@@ -66,6 +68,9 @@ fn setup(
     crate::addr::resolve_route(id)?;
     crate::id::complete(id)?;
     if !attr.is_null() {
+        // SAFETY: attr is writable (the caller's contract); the
+        // endpoint's QP is of the endpoint's type.
+        unsafe { (*attr).qp_type = r.ai_qp_type as u32 };
         let mut st = lock();
         crate::qp::create(&mut st, id, pd, attr)?;
     }
