@@ -222,9 +222,8 @@ pub fn accept(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Result<(), 
             },
         };
         let ctx = d.ctx;
-        let psn = random_psn();
         let s = st.id(id)?;
-        s.psn = psn;
+        let psn = s.psn;
         s.remote = Some(r);
         crate::qp::modify(&mut st, id, IBV_QPS_RTR)?;
         crate::qp::modify(&mut st, id, IBV_QPS_RTS)?;
@@ -459,7 +458,13 @@ fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Re
         Some(h) => SocketAddr::new(h.src, h.src_port),
         None => SocketAddr::new(peer.ip(), 0),
     };
-    let mtu = u32::from(req.path_mtu).clamp(1, st.devs[dev].mtu.max(1));
+    let d = &st.devs[dev];
+    let mtu = u32::from(req.path_mtu).clamp(1, d.mtu.max(1));
+    // What the requester issues and accepts, within this device's limits.
+    let (responder, initiator) = (
+        req.initiator_depth.min(d.max_responder),
+        req.responder_resources.min(d.max_initiator),
+    );
     // SAFETY: child was just made and is live.
     unsafe {
         (*child).verbs = ctx as *mut ibv_context;
@@ -482,13 +487,15 @@ fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Re
         s.dst = Some(dst);
         s.conn = Some(conn);
         s.phase = Phase::ReqReceived;
+        // Chosen now: a consumer that moves its own QP asks for its RTR
+        // attributes (rdma_init_qp_attr) before it accepts.
+        s.psn = random_psn();
         s.remote = Some(Remote {
             qpn: req.local_qpn,
             send_psn: req.starting_psn,
             mtu,
-            // What the requester issues and accepts.
-            responder: req.initiator_depth,
-            initiator: req.responder_resources,
+            responder,
+            initiator,
             retry: req.retry_count,
             rnr_retry: req.rnr_retry_count,
         });
