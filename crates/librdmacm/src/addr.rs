@@ -94,9 +94,9 @@ pub fn bind(st: &mut Locked, id: *mut rdma_cm_id, a: SocketAddr) -> Result<(), i
         true => None,
         false => Some(st.dev_of(a.ip()).ok_or(libc::EADDRNOTAVAIL)?),
     };
-    // SAFETY: id is live (the caller checked it in the table).
-    let ps = unsafe { (*id).ps };
     let s = st.id(id)?;
+    // SAFETY: id is live (in the table).
+    let ps = unsafe { (*id).ps };
     if s.src.is_some() {
         return Err(libc::EINVAL);
     }

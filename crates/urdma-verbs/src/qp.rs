@@ -127,9 +127,10 @@ fn create(n: NewQp) -> VResult<(*mut ibv_qp, ibv_qp_cap)> {
         max_recv_sge: n.cap.max_recv_sge.max(1),
         // As RDMA devices do, a send queue takes inline at least the
         // bytes its SGEs would describe (16 per SGE).
-        max_inline_data: n.cap.max_inline_data.max(
-            (16 * n.cap.max_send_sge.max(1)).min(pd.dev.attr.max_inline_data),
-        ),
+        max_inline_data: n
+            .cap
+            .max_inline_data
+            .max((16 * n.cap.max_send_sge.max(1)).min(pd.dev.attr.max_inline_data)),
     };
     if srq.is_some() {
         cap.max_recv_wr = 0;

@@ -140,5 +140,5 @@ both rping "ping data: rdma-ping-9" 7600 \
   rping -s -a {ip} -p {port} -C 10 -- rping -c -a {ip} -p {port} -C 10 -v
 both ucmatose "data transfers complete" 7610 \
   ucmatose -b {ip} -p {port} -c 4 -- ucmatose -s {ip} -p {port} -c 4
-both ib_write_bw_cm "BW average" 7620 \
+both ib_write_bw_cm " 65536      1000 " 7620 \
   ib_write_bw -R -p {port} -n 1000 -- ib_write_bw -R -p {port} -n 1000 {ip}

@@ -1,0 +1,243 @@
+//! The library's answers that need no device: address parsing, event
+//! channels and IDs, bad handles and arguments.
+
+use crate::state::{event, lock};
+use crate::sys::*;
+use crate::*;
+use std::ffi::CStr;
+use std::ptr::null_mut;
+
+fn errno_now() -> i32 {
+    // SAFETY: the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+#[test]
+fn getaddrinfo_numeric_destination_and_passive() {
+    let mut res: *mut rdma_addrinfo = null_mut();
+    // SAFETY: NUL-terminated strings, a writable result.
+    let r = unsafe {
+        rdma_getaddrinfo(
+            c"127.0.0.2".as_ptr(),
+            c"7471".as_ptr(),
+            std::ptr::null(),
+            &mut res,
+        )
+    };
+    assert_eq!(r, 0);
+    // SAFETY: a result of rdma_getaddrinfo.
+    let ai = unsafe { &*res };
+    assert_eq!(ai.ai_family, libc::AF_INET);
+    assert_eq!(ai.ai_port_space, RDMA_PS_TCP as i32);
+    assert_eq!(ai.ai_qp_type, IBV_QPT_RC as i32);
+    assert!(ai.ai_src_addr.is_null());
+    let dst = addr::from_c(ai.ai_dst_addr as *const _).unwrap();
+    assert_eq!(dst, "127.0.0.2:7471".parse().unwrap());
+    // SAFETY: freed once.
+    unsafe { rdma_freeaddrinfo(res) };
+
+    // SAFETY: rdma_addrinfo is plain data.
+    let mut hints: rdma_addrinfo = unsafe { std::mem::zeroed() };
+    hints.ai_flags = RAI_PASSIVE as i32;
+    hints.ai_port_space = RDMA_PS_UDP as i32;
+    // SAFETY: as above.
+    let r = unsafe { rdma_getaddrinfo(std::ptr::null(), c"9000".as_ptr(), &hints, &mut res) };
+    assert_eq!(r, 0);
+    // SAFETY: a result of rdma_getaddrinfo.
+    let ai = unsafe { &*res };
+    assert_eq!(ai.ai_port_space, RDMA_PS_UDP as i32);
+    assert!(ai.ai_dst_addr.is_null());
+    let src = addr::from_c(ai.ai_src_addr as *const _).unwrap();
+    assert_eq!(src, "0.0.0.0:9000".parse().unwrap());
+    // SAFETY: freed once.
+    unsafe { rdma_freeaddrinfo(res) };
+}
+
+#[test]
+fn getaddrinfo_refuses_bad_arguments() {
+    let mut res: *mut rdma_addrinfo = null_mut();
+    // SAFETY: null or NUL-terminated strings, a writable result.
+    unsafe {
+        assert_eq!(
+            rdma_getaddrinfo(
+                std::ptr::null(),
+                std::ptr::null(),
+                std::ptr::null(),
+                &mut res
+            ),
+            -1
+        );
+        assert_eq!(errno_now(), libc::EINVAL);
+        assert_eq!(
+            rdma_getaddrinfo(
+                c"127.0.0.1".as_ptr(),
+                c"port".as_ptr(),
+                std::ptr::null(),
+                &mut res
+            ),
+            -1
+        );
+        assert_eq!(errno_now(), libc::EINVAL);
+        assert_eq!(
+            rdma_getaddrinfo(
+                c"127.0.0.1".as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                null_mut()
+            ),
+            -1
+        );
+        assert_eq!(errno_now(), libc::EINVAL);
+    }
+}
+
+#[test]
+fn channel_is_pollable_and_nonblocking_gives_eagain() {
+    let ch = rdma_create_event_channel();
+    assert!(!ch.is_null());
+    // SAFETY: ch is live; fcntl on its descriptor.
+    let fd = unsafe { (*ch).fd };
+    unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+    let mut ev: *mut rdma_cm_event = null_mut();
+    // SAFETY: a live channel and a writable out-pointer.
+    assert_eq!(unsafe { rdma_get_cm_event(ch, &mut ev) }, -1);
+    assert_eq!(errno_now(), libc::EAGAIN);
+
+    // An event queued for an ID makes the descriptor readable; reading it
+    // counts it against the ID until acknowledged.
+    let mut id: *mut rdma_cm_id = null_mut();
+    // SAFETY: a live channel, a writable out-pointer.
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP) },
+        0
+    );
+    lock().push(
+        id as usize,
+        event(id as usize, RDMA_CM_EVENT_ADDR_RESOLVED, 0),
+    );
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 1000) }, 1);
+    // SAFETY: as above.
+    assert_eq!(unsafe { rdma_get_cm_event(ch, &mut ev) }, 0);
+    // SAFETY: the event just taken.
+    assert_eq!(unsafe { (*ev).event }, RDMA_CM_EVENT_ADDR_RESOLVED);
+    assert_eq!(unsafe { (*ev).id }, id);
+    assert_eq!(lock().id(id).unwrap().outstanding, 1);
+    // A channel with IDs is not destroyed; a second ack is refused.
+    rdma_destroy_event_channel(ch);
+    assert!(lock().chans.contains_key(&(ch as usize)));
+    // SAFETY: live handles, then stale ones (refused, not followed).
+    unsafe {
+        assert_eq!(rdma_ack_cm_event(ev), 0);
+        assert_eq!(rdma_ack_cm_event(ev), -1);
+        assert_eq!(errno_now(), libc::EINVAL);
+        assert_eq!(rdma_destroy_id(id), 0);
+        assert_eq!(rdma_destroy_id(id), -1);
+        assert_eq!(errno_now(), libc::EINVAL);
+    }
+    rdma_destroy_event_channel(ch);
+    assert!(!lock().chans.contains_key(&(ch as usize)));
+}
+
+#[test]
+fn ids_refuse_bad_port_spaces_and_calls_out_of_order() {
+    let mut id: *mut rdma_cm_id = null_mut();
+    // SAFETY: writable out-pointers; the ID is live until destroyed.
+    unsafe {
+        assert_eq!(rdma_create_id(null_mut(), &mut id, null_mut(), 0x4242), -1);
+        assert_eq!(errno_now(), libc::EINVAL);
+        assert_eq!(
+            rdma_create_id(null_mut(), &mut id, null_mut(), RDMA_PS_TCP),
+            0
+        );
+        // Not resolved: no connect, listen, accept or QP.
+        assert_eq!(rdma_connect(id, null_mut()), -1);
+        assert_eq!(errno_now(), libc::EINVAL);
+        assert_eq!(rdma_listen(id, 1), -1);
+        assert_eq!(errno_now(), libc::EINVAL);
+        assert_eq!(rdma_accept(id, null_mut()), -1);
+        assert_eq!(errno_now(), libc::EINVAL);
+        assert_eq!(rdma_disconnect(id), -1);
+        assert_eq!(errno_now(), libc::EINVAL);
+        // INIT attributes exist before a connection; RTR's do not.
+        let mut a: ibv_qp_attr = std::mem::zeroed();
+        let mut mask = 0;
+        a.qp_state = IBV_QPS_INIT;
+        assert_eq!(rdma_init_qp_attr(id, &mut a, &mut mask), 0);
+        assert_eq!(a.port_num, 1);
+        assert_eq!(a.qp_access_flags, 0);
+        a.qp_state = IBV_QPS_RTR;
+        assert_eq!(rdma_init_qp_attr(id, &mut a, &mut mask), -1);
+        // Options: the right sizes only; IB path records not offered.
+        let mut tos = 32u8;
+        assert_eq!(
+            rdma_set_option(
+                id,
+                RDMA_OPTION_ID as i32,
+                RDMA_OPTION_ID_TOS as i32,
+                (&mut tos as *mut u8).cast(),
+                1
+            ),
+            0
+        );
+        assert_eq!(
+            rdma_set_option(
+                id,
+                RDMA_OPTION_ID as i32,
+                RDMA_OPTION_ID_TOS as i32,
+                (&mut tos as *mut u8).cast(),
+                4
+            ),
+            -1
+        );
+        assert_eq!(errno_now(), libc::EINVAL);
+        assert_eq!(
+            rdma_set_option(
+                id,
+                RDMA_OPTION_IB as i32,
+                RDMA_OPTION_IB_PATH as i32,
+                (&mut tos as *mut u8).cast(),
+                1
+            ),
+            -1
+        );
+        assert_eq!(errno_now(), libc::ENOSYS);
+        assert_eq!(rdma_destroy_id(id), 0);
+        // A pointer this library never made.
+        let mut fake: rdma_cm_id = std::mem::zeroed();
+        assert_eq!(rdma_destroy_id(&mut fake), -1);
+        assert_eq!(errno_now(), libc::EINVAL);
+    }
+}
+
+#[test]
+fn event_names_are_librdmacm_s() {
+    // SAFETY: rdma_event_str returns static NUL-terminated strings.
+    let name = |e| {
+        unsafe { CStr::from_ptr(rdma_event_str(e)) }
+            .to_str()
+            .unwrap()
+    };
+    assert_eq!(name(RDMA_CM_EVENT_ESTABLISHED), "RDMA_CM_EVENT_ESTABLISHED");
+    assert_eq!(
+        name(RDMA_CM_EVENT_TIMEWAIT_EXIT),
+        "RDMA_CM_EVENT_TIMEWAIT_EXIT"
+    );
+    assert_eq!(name(99), "UNKNOWN EVENT");
+}
+
+#[test]
+fn multicast_and_rsockets_say_so() {
+    // SAFETY: calls that touch none of their arguments.
+    unsafe {
+        assert_eq!(rdma_join_multicast(null_mut(), null_mut(), null_mut()), -1);
+        assert_eq!(errno_now(), libc::ENOSYS);
+    }
+    assert_eq!(rsockets::rsocket(libc::AF_INET, libc::SOCK_STREAM, 0), -1);
+    assert_eq!(errno_now(), libc::ENOSYS);
+}
