@@ -2,7 +2,6 @@
 //! channels and IDs, bad handles and arguments.
 
 use crate::state::{event, lock};
-use crate::sys::*;
 use crate::*;
 use std::ffi::CStr;
 use std::ptr::null_mut;
