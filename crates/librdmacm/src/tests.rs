@@ -174,37 +174,19 @@ fn ids_refuse_bad_port_spaces_and_calls_out_of_order() {
         assert_eq!(rdma_init_qp_attr(id, &mut a, &mut mask), -1);
         // Options: the right sizes only; IB path records not offered.
         let mut tos = 32u8;
-        assert_eq!(
+        let mut set = |level: u32, name: u32, len: usize| {
             rdma_set_option(
                 id,
-                RDMA_OPTION_ID as i32,
-                RDMA_OPTION_ID_TOS as i32,
+                level as i32,
+                name as i32,
                 (&mut tos as *mut u8).cast(),
-                1
-            ),
-            0
-        );
-        assert_eq!(
-            rdma_set_option(
-                id,
-                RDMA_OPTION_ID as i32,
-                RDMA_OPTION_ID_TOS as i32,
-                (&mut tos as *mut u8).cast(),
-                4
-            ),
-            -1
-        );
+                len,
+            )
+        };
+        assert_eq!(set(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, 1), 0);
+        assert_eq!(set(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, 4), -1);
         assert_eq!(errno_now(), libc::EINVAL);
-        assert_eq!(
-            rdma_set_option(
-                id,
-                RDMA_OPTION_IB as i32,
-                RDMA_OPTION_IB_PATH as i32,
-                (&mut tos as *mut u8).cast(),
-                1
-            ),
-            -1
-        );
+        assert_eq!(set(RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, 1), -1);
         assert_eq!(errno_now(), libc::ENOSYS);
         assert_eq!(rdma_destroy_id(id), 0);
         // A pointer this library never made.

@@ -23,46 +23,22 @@ IP_R=169.254.71.1
 IP_U=169.254.71.2
 DEV_R=cmv-r
 DEV_U=cmv-u
+RXE=rxecm
 W=$(mktemp -d)
 ok() { echo "ok - cm: $*"; }
 fail() { echo "FAIL - cm: $*"; }
+. "$(dirname "$0")/lib/rxe-veth.sh"
 
 cleanup() {
-  local p
-  for p in $(ip netns pids $NS 2>/dev/null); do
-    kill -9 "$p" 2>/dev/null
-  done
   pkill -9 -x rdma_server 2>/dev/null
   tc qdisc del dev $DEV_R clsact 2>/dev/null
-  rdma link delete rxecm 2>/dev/null
-  ip link del $DEV_R 2>/dev/null
-  ip netns del $NS 2>/dev/null
-  # rxe holds UDP 4791 of the root namespace while it is loaded: leave
-  # the port to the scripts that run next.
-  modprobe -r rdma_ucm rdma_rxe 2>/dev/null
+  rxe_veth_down
   rm -rf "$W"
 }
 trap cleanup EXIT
-
-modprobe veth && modprobe rdma_rxe && modprobe rdma_ucm ||
-  { fail "modules veth, rdma_rxe and rdma_ucm load"; exit 1; }
-ip netns add $NS &&
-  ip link add $DEV_R type veth peer name $DEV_U netns $NS &&
-  ip addr add $IP_R/24 dev $DEV_R && ip link set $DEV_R up &&
-  ip -n $NS addr add $IP_U/24 dev $DEV_U && ip -n $NS link set $DEV_U up &&
-  ip -n $NS link set lo up || { fail "veth between the root namespace and $NS"; exit 1; }
-rdma link add rxecm type rxe netdev $DEV_R || { fail "rdma link add rxecm"; exit 1; }
-busybox ping -c 1 -W 5 $IP_U >/dev/null 2>&1 || fail "ping $IP_U from the root namespace"
+rxe_veth_up || exit 1
 
 urdma_side() { ip netns exec $NS "$U" "$@"; }
-
-# show NAME FILE...: the last lines of each file, indented.
-show() {
-  local f
-  for f in "$@"; do
-    sed "s/^/    ${f##*/}: /" "$f" | tail -8
-  done
-}
 
 # listening PORT: rxe's rdma_cm listens on PORT (rdma resource cm_id).
 listening() {

@@ -17,44 +17,21 @@ IP_R=169.254.75.1
 IP_U=169.254.75.2
 DEV_R=rcmv-r
 DEV_U=rcmv-u
+RXE=rxercm
 W=$(mktemp -d)
 ok() { echo "ok - rdmacm: $*"; }
 fail() { echo "FAIL - rdmacm: $*"; }
+. "$(dirname "$0")/lib/rxe-veth.sh"
 
 cleanup() {
-  local p
-  for p in $(ip netns pids $NS 2>/dev/null); do
-    kill -9 "$p" 2>/dev/null
-  done
   pkill -9 -x rping 2>/dev/null
   pkill -9 -x ucmatose 2>/dev/null
   pkill -9 -x ib_write_bw 2>/dev/null
-  rdma link delete rxercm 2>/dev/null
-  ip link del $DEV_R 2>/dev/null
-  ip netns del $NS 2>/dev/null
-  # rxe holds UDP 4791 of the root namespace while it is loaded.
-  modprobe -r rdma_ucm rdma_rxe 2>/dev/null
+  rxe_veth_down
   rm -rf "$W"
 }
 trap cleanup EXIT
-
-modprobe veth && modprobe rdma_rxe && modprobe rdma_ucm ||
-  { fail "modules veth, rdma_rxe and rdma_ucm load"; exit 1; }
-ip netns add $NS &&
-  ip link add $DEV_R type veth peer name $DEV_U netns $NS &&
-  ip addr add $IP_R/24 dev $DEV_R && ip link set $DEV_R up &&
-  ip -n $NS addr add $IP_U/24 dev $DEV_U && ip -n $NS link set $DEV_U up &&
-  ip -n $NS link set lo up || { fail "veth between the root namespace and $NS"; exit 1; }
-rdma link add rxercm type rxe netdev $DEV_R || { fail "rdma link add rxercm"; exit 1; }
-busybox ping -c 1 -W 5 $IP_U >/dev/null 2>&1 || fail "ping $IP_U from the root namespace"
-
-# show FILE...: the last lines of each file, indented.
-show() {
-  local f
-  for f in "$@"; do
-    sed "s/^/    ${f##*/}: /" "$f" | tail -8
-  done
-}
+rxe_veth_up || exit 1
 
 # urdma_run LOG CMD...: CMD on urdma in the namespace (urdma run).
 urdma_run() {
