@@ -105,6 +105,7 @@ pub fn bind(st: &mut Locked, id: *mut rdma_cm_id, a: SocketAddr) -> Result<(), i
     let s = st.id(id)?;
     s.src = Some(src);
     s.dev = dev;
+    s.owns_port = true;
     // SAFETY: id is live; its route is plain data this library keeps.
     unsafe {
         to_c(

@@ -324,11 +324,23 @@ pub fn disconnect(id: *mut rdma_cm_id) -> Result<(), i32> {
         let mut st = lock();
         crate::id::release_held(&mut st, id);
         let s = st.id(id)?;
+        let (phase, sync) = (s.phase, s.sync);
         let (Some(dev), Some(conn)) = (s.dev, s.conn) else {
-            return Err(libc::EINVAL);
+            // Ended (rejected, unreachable, or gone through TimeWait):
+            // nothing to send, as librdmacm answers then.
+            if phase != Phase::Ended {
+                return Err(libc::EINVAL);
+            }
+            crate::qp::to_error(id);
+            let chan = s.chan;
+            return match sync && st.chans.get(&chan).is_some_and(|c| !c.queue.is_empty()) {
+                true => {
+                    drop(st);
+                    crate::id::complete(id)
+                }
+                false => Ok(()),
+            };
         };
-        let phase = s.phase;
-        let sync = s.sync;
         crate::qp::to_error(id);
         match phase {
             Phase::Connected | Phase::Accepting => {

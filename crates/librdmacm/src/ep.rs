@@ -79,13 +79,22 @@ fn setup(
 
 /// `rdma_destroy_ep`: the QP, the SRQ made by `rdma_create_srq`, the ID.
 pub fn destroy_ep(id: *mut rdma_cm_id) -> Result<(), i32> {
-    {
+    let (taken, srq) = {
         let mut st = lock();
-        let own_srq = st.id(id)?.own_srq;
-        crate::qp::destroy(&mut st, id);
-        if own_srq {
-            crate::qp::destroy_srq(&mut st, id);
-        }
+        let own_srq = std::mem::take(&mut st.id(id)?.own_srq);
+        let taken = crate::qp::take(&mut st, id);
+        // SAFETY: id is live (in the table).
+        let srq = match own_srq {
+            true => unsafe { std::mem::replace(&mut (*id).srq, std::ptr::null_mut()) },
+            false => std::ptr::null_mut(),
+        };
+        (taken, srq)
+    };
+    // The QP first: an SRQ in use is not destroyed.
+    taken.destroy();
+    if !srq.is_null() {
+        // SAFETY: the SRQ rdma_create_srq made, taken off the ID.
+        unsafe { ibv_destroy_srq(srq) };
     }
     crate::id::destroy_id(id)
 }

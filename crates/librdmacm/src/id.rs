@@ -114,6 +114,7 @@ pub fn create_id_in(
             path: None,
             ep_qp: None,
             own_srq: false,
+            owns_port: false,
         },
     );
     Ok(p)
@@ -170,7 +171,7 @@ pub fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
             let _ = crate::nic::call(ctx, &CmOp::Destroy { id: conn });
         }
     }
-    if let Some(src) = s.src {
+    if let (Some(src), true) = (s.src, s.owns_port) {
         // SAFETY: id is live until freed below.
         let ps = unsafe { (*id).ps };
         st.ports.remove(&(ps, src.port()));
@@ -190,21 +191,22 @@ pub fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
 /// `rdma_get_cm_event`: the next event of the channel, waiting for one
 /// unless its descriptor is non-blocking (then `EAGAIN`).
 pub fn get_event(ch: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, i32> {
-    let fd = lock().chans.get(&(ch as usize)).ok_or(libc::EINVAL)?.fd;
     loop {
-        let mut n = 0u64;
-        // SAFETY: reading 8 bytes into a live u64 from the channel's fd.
-        let r = unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
-        if r != 8 {
-            return Err(crate::errno());
-        }
         let mut st = lock();
         let Some(c) = st.chans.get_mut(&(ch as usize)) else {
             return Err(libc::EINVAL);
         };
+        let fd = c.fd;
         let Some(p) = c.queue.pop_front() else {
+            drop(st);
+            wait_readable(fd)?;
             continue;
         };
+        // The descriptor counts the queue (both change under the lock):
+        // this read finds a count and does not block.
+        let mut n = 0u64;
+        // SAFETY: reading 8 bytes into a live u64 from the channel's fd.
+        unsafe { libc::read(fd, (&mut n as *mut u64).cast(), 8) };
         // SAFETY: queued events are live boxes this library made.
         let ev = unsafe { &mut (*(p as *mut EventBox)).ev };
         let owner = match ev.event {
@@ -215,6 +217,29 @@ pub fn get_event(ch: *mut rdma_event_channel) -> Result<*mut rdma_cm_event, i32>
             s.outstanding += 1;
         }
         return Ok(ev);
+    }
+}
+
+/// Wait until the channel's descriptor is readable (an event is queued);
+/// `EAGAIN` at once if the program made it non-blocking.
+fn wait_readable(fd: i32) -> Result<(), i32> {
+    // SAFETY: fcntl on the channel's own descriptor.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+        return Err(libc::EAGAIN);
+    }
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    match unsafe { libc::poll(&mut pfd, 1, -1) } {
+        r if r >= 0 => Ok(()),
+        _ => match crate::errno() {
+            libc::EINTR => Ok(()),
+            e => Err(e),
+        },
     }
 }
 
@@ -300,6 +325,8 @@ pub fn migrate(id: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> Result<(), i
         }
         return Err(libc::EINVAL);
     }
+    // A synchronous ID's last event is acknowledged by its next call.
+    release_held(&mut st, id);
     while st.id(id)?.outstanding > 0 {
         st = st.wait();
     }

@@ -212,7 +212,9 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     guard((), || {
         let mut st = state::lock();
         if st.id(id).is_ok() {
-            qp::destroy(&mut st, id);
+            let taken = qp::take(&mut st, id);
+            drop(st);
+            taken.destroy();
         }
     })
 }

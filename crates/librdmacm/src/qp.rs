@@ -336,18 +336,59 @@ unsafe fn destroy_cqs(id: *mut rdma_cm_id) {
 
 /// `rdma_destroy_qp`: the QP, and the CQs made for it.
 pub fn destroy(st: &mut Locked, id: *mut rdma_cm_id) {
+    take(st, id).destroy();
+}
+
+/// The QP of an ID and the CQs and channels made for it, taken off the
+/// ID to be destroyed with the table unlocked ([`Taken::destroy`]):
+/// destroying them waits for their events to be acknowledged, which may
+/// take a call of this library.
+pub struct Taken {
+    qp: *mut ibv_qp,
+    cqs: Vec<*mut ibv_cq>,
+    channels: Vec<*mut ibv_comp_channel>,
+}
+
+/// Take the QP of `id`, and the CQs made for it, off the ID.
+pub fn take(st: &mut Locked, id: *mut rdma_cm_id) -> Taken {
+    let own_cqs = st
+        .id(id)
+        .map(|s| std::mem::take(&mut s.own_cqs))
+        .unwrap_or(false);
+    let mut t = Taken {
+        qp: std::ptr::null_mut(),
+        cqs: Vec::new(),
+        channels: Vec::new(),
+    };
     // SAFETY: id is live (looked up by the caller).
     unsafe {
-        let qp = (*id).qp;
-        if !qp.is_null() {
-            ibv_destroy_qp(qp);
-            (*id).qp = std::ptr::null_mut();
+        t.qp = std::mem::replace(&mut (*id).qp, std::ptr::null_mut());
+        if own_cqs {
+            for cq in [&mut (*id).send_cq, &mut (*id).recv_cq] {
+                t.cqs.push(std::mem::replace(cq, std::ptr::null_mut()));
+            }
+            for ch in [&mut (*id).send_cq_channel, &mut (*id).recv_cq_channel] {
+                t.channels.push(std::mem::replace(ch, std::ptr::null_mut()));
+            }
         }
     }
-    if let Ok(s) = st.id(id) {
-        if std::mem::take(&mut s.own_cqs) {
-            // SAFETY: the CQs are the ones make_cqs made.
-            unsafe { destroy_cqs(id) };
+    t
+}
+
+impl Taken {
+    /// Destroy the QP, then its CQs, then their channels.
+    pub fn destroy(self) {
+        // SAFETY: objects taken off an ID, each destroyed once.
+        unsafe {
+            if !self.qp.is_null() {
+                ibv_destroy_qp(self.qp);
+            }
+            for cq in self.cqs.into_iter().filter(|p| !p.is_null()) {
+                ibv_destroy_cq(cq);
+            }
+            for ch in self.channels.into_iter().filter(|p| !p.is_null()) {
+                ibv_destroy_comp_channel(ch);
+            }
         }
     }
 }

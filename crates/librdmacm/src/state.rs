@@ -107,6 +107,9 @@ pub struct IdState {
     pub ep_qp: Option<EpQp>,
     /// The SRQ made by `rdma_create_srq`, destroyed with the endpoint.
     pub own_srq: bool,
+    /// The rdma_cm port of `src` was taken by this ID (a connection
+    /// request's ID shares its listener's).
+    pub owns_port: bool,
 }
 
 /// The PD (as an address, 0: the device's) and QP attributes a passive
