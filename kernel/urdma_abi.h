@@ -73,10 +73,12 @@ struct urdma_attach {
  * writes (@write 1) @len bytes of the kernel MR @key at its address @iova,
  * from or into the NIC's buffer @buf. The kernel checks the range against
  * the MR as it is now (a DMA MR: kernel memory of the linear map; a
- * fast-registration MR: its registered pages while valid). Errors:
- * ENOTCONN (not attached), ENOENT (no such key), EACCES (an MR not valid
- * now), EFAULT (outside the MR, or a bad @buf), EINVAL (@len above
- * URDMA_DMA_MAX or a non-zero @reserved).
+ * fast-registration MR: its registered pages while valid; a write only
+ * to an MR with local or remote write access). Errors: ENOTCONN (not
+ * attached), ENODEV (its device is gone), ENOENT (no such key), EACCES (an
+ * MR not valid now, or a write it does not allow), EFAULT (outside the MR,
+ * or a bad @buf), EINVAL (@len above URDMA_DMA_MAX or a non-zero
+ * @reserved).
  */
 struct urdma_dma {
 	__u64 iova;
@@ -250,10 +252,10 @@ struct urdma_msg_sge {
 };
 
 /*
- * A work request of kernel RC QP @hdr.qpn: @seq counts the QP's sends
- * (or receives) from 0 and the NIC names it in the completion. @ex is the
- * immediate data (network order) or the R_Key to invalidate. @num_sge
- * buffers follow.
+ * A work request of kernel RC QP @hdr.qpn: @seq is the kernel's running
+ * number of the QP's sends (or receives), which the NIC echoes in the
+ * completion. @ex is the immediate data (host order) or the R_Key to
+ * invalidate. @num_sge buffers follow.
  */
 struct urdma_msg_post {
 	struct urdma_msg_hdr hdr;

@@ -92,9 +92,8 @@ static int urdma_kmr_add(struct urdma_dev *dev, struct ib_pd *pd,
 }
 
 /*
- * A DMA MR: all of kernel memory by virtual address. Remote access is
- * given only to a PD created with IB_PD_UNSAFE_GLOBAL_RKEY, which asks
- * for exactly that.
+ * A DMA MR: all of kernel memory by virtual address. The RDMA core asks
+ * for remote access only for a PD created with IB_PD_UNSAFE_GLOBAL_RKEY.
  */
 struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access)
 {
@@ -326,6 +325,9 @@ static void *urdma_kmr_map(struct urdma_dev *dev, u32 key, u64 iova, u32 len,
 	spin_lock_irqsave(&mr->lock, *flags);
 	*err = -EACCES;
 	if (mr->ibmr.lkey != key || !mr->valid)
+		goto fail;
+	if (write &&
+	    !(mr->access & (IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE)))
 		goto fail;
 	*err = -EFAULT;
 	if (mr->fast) {

@@ -136,12 +136,12 @@ static void urdma_answer(struct urdma_dev *dev, u32 seq, int status,
 	spin_unlock_irqrestore(&dev->kernel_lock, flags);
 }
 
-static struct urdma_kmsg *urdma_request_alloc(u32 op, u32 qpn)
+static struct urdma_kmsg *urdma_request_alloc(u32 op, u32 qpn, gfp_t gfp)
 {
 	struct urdma_msg_request *m;
 	struct urdma_kmsg *km;
 
-	km = urdma_kmsg_alloc(ALIGN(sizeof(*m), 8), GFP_KERNEL);
+	km = urdma_kmsg_alloc(sizeof(*m), gfp);
 	if (!km)
 		return NULL;
 	m = (struct urdma_msg_request *)km->data;
@@ -196,8 +196,8 @@ int urdma_create_krc(struct urdma_dev *dev, struct urdma_qp *qp,
 		goto err_free;
 
 	err = -ENOMEM;
-	rc->destroy = urdma_request_alloc(URDMA_REQ_DESTROY_QP, 0);
-	km = urdma_request_alloc(URDMA_REQ_CREATE_QP, 0);
+	rc->destroy = urdma_request_alloc(URDMA_REQ_DESTROY_QP, 0, GFP_KERNEL);
+	km = urdma_request_alloc(URDMA_REQ_CREATE_QP, 0, GFP_KERNEL);
 	if (!km || !rc->destroy) {
 		kfree(km);
 		goto err_free;
@@ -275,7 +275,7 @@ int urdma_modify_krc(struct urdma_qp *qp, struct ib_qp_attr *attr, int mask)
 			return 0;
 		return -ENOTCONN;
 	}
-	km = urdma_request_alloc(URDMA_REQ_MODIFY_QP, qp->ibqp.qp_num);
+	km = urdma_request_alloc(URDMA_REQ_MODIFY_QP, qp->ibqp.qp_num, GFP_KERNEL);
 	if (!km)
 		return -ENOMEM;
 	m = (struct urdma_msg_request *)km->data;
@@ -409,14 +409,11 @@ static void urdma_krc_fail(struct urdma_qp *qp)
 	struct urdma_kmsg *km;
 
 	WRITE_ONCE(qp->attr.qp_state, IB_QPS_ERR);
-	km = urdma_kmsg_alloc(sizeof(*m), GFP_ATOMIC);
+	km = urdma_request_alloc(URDMA_REQ_MODIFY_QP, qp->ibqp.qp_num,
+				 GFP_ATOMIC);
 	if (!km)
 		return;
 	m = (struct urdma_msg_request *)km->data;
-	m->hdr.type = URDMA_MSG_REQUEST;
-	m->hdr.len = km->len;
-	m->hdr.qpn = qp->ibqp.qp_num;
-	m->op = URDMA_REQ_MODIFY_QP;
 	m->mask = IB_QP_STATE;
 	m->qp_state = IB_QPS_ERR;
 	if (urdma_chan_queue_always(to_urdma(qp->ibqp.device), km))

@@ -111,35 +111,50 @@ fn soname_dir() -> Result<PathBuf> {
     }
     let built = built.canonicalize()?;
     let priv_dir = private_dir(&built)?;
-    let link = priv_dir.join(SONAME);
-    if std::fs::read_link(&link).ok().as_deref() != Some(built.as_path()) {
-        let _ = std::fs::remove_file(&link);
-        symlink(&built, &link).with_context(|| format!("cannot create {}", link.display()))?;
-    }
+    relink(&built, &priv_dir.join(SONAME))?;
     Ok(priv_dir)
 }
 
+/// Make `link` a symbolic link to `target` (unless it is one already).
+fn relink(target: &Path, link: &Path) -> Result<()> {
+    if std::fs::read_link(link).ok().as_deref() != Some(target) {
+        let _ = std::fs::remove_file(link);
+        symlink(target, link).with_context(|| format!("cannot create {}", link.display()))?;
+    }
+    Ok(())
+}
+
 /// Make `dir` (which holds urdma's libibverbs.so.1) hold urdma's
-/// librdmacm.so.1 too: the one built with the verbs library.
+/// librdmacm.so.1 too: the one built beside the verbs library, else the
+/// newest of the places urdma's libraries may be. Without one, rdma_cm
+/// programs get the system's library (and no urdma device): said, not
+/// refused, as verbs programs need none.
 fn link_rdmacm(dir: &Path) -> Result<()> {
     let (soname, built) = RDMACM;
     if dir.join(soname).exists() && !dir.join(BUILT).exists() {
         return Ok(());
     }
-    let verbs = dir.join(SONAME).canonicalize()?;
-    let from = verbs.parent().map(|p| p.join(built));
-    let Some(from) = from.filter(|f| f.exists()) else {
-        bail!(
-            "no {built} beside {} (build urdma with `cargo build --release`)",
-            verbs.display()
-        );
+    let beside = dir
+        .join(SONAME)
+        .canonicalize()
+        .ok()
+        .and_then(|v| v.parent().map(|p| p.join(built)));
+    let newest = || {
+        lib_dirs()
+            .ok()?
+            .into_iter()
+            .map(|d| d.join(built))
+            .filter_map(|f| Some((f.metadata().ok()?.modified().ok()?, f)))
+            .max_by_key(|(t, _)| *t)
+            .map(|(_, f)| f)
     };
-    let link = dir.join(soname);
-    if std::fs::read_link(&link).ok().as_deref() != Some(from.as_path()) {
-        let _ = std::fs::remove_file(&link);
-        symlink(&from, &link).with_context(|| format!("cannot create {}", link.display()))?;
+    match beside.filter(|f| f.exists()).or_else(newest) {
+        Some(from) => relink(&from.canonicalize()?, &dir.join(soname)),
+        None => {
+            eprintln!("urdma: no {built} was built: rdma_cm programs will not see urdma devices");
+            Ok(())
+        }
     }
-    Ok(())
 }
 
 /// Exec the command with urdma's library first on the library path; on

@@ -39,7 +39,7 @@ exports! {
     // The device's CM, for urdma's drop-in librdmacm.so.1 only.
     "URDMA_PRIVATE_1" fn urdma_cm_call(context: *mut ibv_context, op: *const u8, len: usize, id: *mut u32) -> c_int = v::cm::cm_call;
     "URDMA_PRIVATE_1" fn urdma_cm_next_event(context: *mut ibv_context, timeout_ms: c_int, buf: *mut u8, cap: usize) -> isize = v::cm::cm_next_event;
-    "URDMA_PRIVATE_1" fn urdma_cm_local_addr(context: *mut ibv_context, out: *mut c_void) -> c_int = v::cm::cm_local_addr;
+    "URDMA_PRIVATE_1" fn urdma_cm_local_addr(context: *mut ibv_context, buf: *mut u8, cap: usize) -> isize = v::cm::cm_local_addr;
 
     // Devices and contexts.
     "IBVERBS_1.1" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device = v::device::get_device_list;

@@ -101,23 +101,55 @@ pub fn bind(st: &mut Locked, id: *mut rdma_cm_id, a: SocketAddr) -> Result<(), i
         return Err(libc::EINVAL);
     }
     let port = take_port(st, ps, a.port())?;
-    let src = SocketAddr::new(a.ip(), port);
+    set_src(st, id, SocketAddr::new(a.ip(), port), dev)?;
+    st.id(id)?.owns_port = true;
+    Ok(())
+}
+
+/// Set the local side of `id`: its address `src` and, when known, its
+/// device `dev` (`verbs`, the port, the source GID and the P_Key).
+pub fn set_src(
+    st: &mut Locked,
+    id: *mut rdma_cm_id,
+    src: SocketAddr,
+    dev: Option<usize>,
+) -> Result<(), i32> {
+    let ctx = dev.map(|d| st.devs[d].ctx);
     let s = st.id(id)?;
     s.src = Some(src);
     s.dev = dev;
-    s.owns_port = true;
-    // SAFETY: id is live; its route is plain data this library keeps.
+    // SAFETY: id is live (in the table); its route is plain data.
     unsafe {
         to_c(
             src,
             std::ptr::addr_of_mut!((*id).route.addr.__bindgen_anon_1).cast(),
         );
-        if let Some(d) = dev {
-            (*id).verbs = st.devs[d].ctx as *mut ibv_context;
+        if let Some(ctx) = ctx {
+            (*id).verbs = ctx as *mut ibv_context;
             (*id).port_num = 1;
-            (*id).route.addr.addr.ibaddr.sgid = gid_of(a.ip());
+            (*id).route.addr.addr.ibaddr.sgid = gid_of(src.ip());
             (*id).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
         }
+    }
+    Ok(())
+}
+
+/// Set the peer side of `id`: its address `dst` and the GID of `peer`
+/// (the address its packets come from).
+pub fn set_dst(
+    st: &mut Locked,
+    id: *mut rdma_cm_id,
+    dst: SocketAddr,
+    peer: IpAddr,
+) -> Result<(), i32> {
+    st.id(id)?.dst = Some(dst);
+    // SAFETY: id is live (in the table); its route is plain data.
+    unsafe {
+        to_c(
+            dst,
+            std::ptr::addr_of_mut!((*id).route.addr.__bindgen_anon_2).cast(),
+        );
+        (*id).route.addr.addr.ibaddr.dgid = gid_of(peer);
     }
     Ok(())
 }
@@ -164,43 +196,16 @@ pub fn resolve_addr(
     }
     let s = st.id(id)?;
     let src = s.src.ok_or(libc::EINVAL)?;
-    let dev = match s.dev {
-        Some(d) => d,
-        None => {
-            // Bound to the wildcard: the device of the routing's source.
-            let d = route_source(dst.ip())
-                .and_then(|ip| st.dev_of(ip))
-                .or_else(|| (!st.devs.is_empty()).then_some(0))
-                .ok_or(libc::ENODEV)?;
-            let ip = st.devs[d].addr.ip();
-            // SAFETY: id is live.
-            unsafe {
-                (*id).verbs = st.devs[d].ctx as *mut ibv_context;
-                (*id).port_num = 1;
-                (*id).route.addr.addr.ibaddr.sgid = gid_of(ip);
-                to_c(
-                    SocketAddr::new(ip, src.port()),
-                    std::ptr::addr_of_mut!((*id).route.addr.__bindgen_anon_1).cast(),
-                );
-            }
-            let s = st.id(id)?;
-            s.src = Some(SocketAddr::new(ip, src.port()));
-            s.dev = Some(d);
-            d
-        }
-    };
-    let _ = dev;
-    let s = st.id(id)?;
-    s.dst = Some(dst);
-    // SAFETY: id is live.
-    unsafe {
-        to_c(
-            dst,
-            std::ptr::addr_of_mut!((*id).route.addr.__bindgen_anon_2).cast(),
-        );
-        (*id).route.addr.addr.ibaddr.dgid = gid_of(dst.ip());
-        (*id).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+    if s.dev.is_none() {
+        // Bound to the wildcard: the device of the routing's source.
+        let d = route_source(dst.ip())
+            .and_then(|ip| st.dev_of(ip))
+            .or_else(|| (!st.devs.is_empty()).then_some(0))
+            .ok_or(libc::ENODEV)?;
+        let ip = st.devs[d].addr.ip();
+        set_src(&mut st, id, SocketAddr::new(ip, src.port()), Some(d))?;
     }
+    set_dst(&mut st, id, dst, dst.ip())?;
     st.push(
         id as usize,
         event(id as usize, RDMA_CM_EVENT_ADDR_RESOLVED, 0),

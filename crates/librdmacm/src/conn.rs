@@ -2,7 +2,6 @@
 //! NIC's CM, and the CM's events turned into rdma_cm events (with the QP
 //! moved to RTR and RTS, or to ERR, where librdmacm moves it).
 
-use crate::addr::gid_of;
 use crate::state::{event, lock, set_conn, Locked, Phase, Remote};
 use crate::sys::*;
 use std::net::SocketAddr;
@@ -349,11 +348,9 @@ pub fn disconnect(id: *mut rdma_cm_id) -> Result<(), i32> {
                     id: conn,
                     private_data: Vec::new(),
                 };
-                match crate::nic::call(ctx, &op) {
-                    Ok(_) => sync,
-                    // Crossed with the peer's DREQ: its event is on its way.
-                    Err(_) => sync,
-                }
+                // Refused when the peer's DREQ crossed ours (its event is
+                // on its way) or before the RTU: nothing to wait for.
+                crate::nic::call(ctx, &op).is_ok() && sync
             }
             Phase::Ended => {
                 // Already disconnected: a synchronous ID reads the event
@@ -477,26 +474,12 @@ fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Re
         req.initiator_depth.min(d.max_responder),
         req.responder_resources.min(d.max_initiator),
     );
-    // SAFETY: child was just made and is live.
-    unsafe {
-        (*child).verbs = ctx as *mut ibv_context;
-        (*child).port_num = 1;
-        crate::addr::to_c(
-            src,
-            std::ptr::addr_of_mut!((*child).route.addr.__bindgen_anon_1).cast(),
-        );
-        crate::addr::to_c(
-            dst,
-            std::ptr::addr_of_mut!((*child).route.addr.__bindgen_anon_2).cast(),
-        );
-        (*child).route.addr.addr.ibaddr.sgid = gid_of(src.ip());
-        (*child).route.addr.addr.ibaddr.dgid = gid_of(peer.ip());
-        (*child).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
+    let addressed = crate::addr::set_src(st, child, src, Some(dev))
+        .and_then(|()| crate::addr::set_dst(st, child, dst, peer.ip()));
+    if addressed.is_err() {
+        return refuse("no ID");
     }
     if let Some(s) = st.ids.get_mut(&(child as usize)) {
-        s.dev = Some(dev);
-        s.src = Some(src);
-        s.dst = Some(dst);
         s.conn = Some(conn);
         s.phase = Phase::ReqReceived;
         // Chosen now: a consumer that moves its own QP asks for its RTR

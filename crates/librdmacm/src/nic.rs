@@ -10,10 +10,11 @@ use std::net::SocketAddr;
 use std::os::raw::c_int;
 use std::sync::OnceLock;
 use urdma::cm::{CmEvent, CmOp, ConnId, CM_WIRE_MAX};
+use urdma::nic::proto::{decode, encode};
 
 type CallFn = unsafe extern "C" fn(*mut ibv_context, *const u8, usize, *mut u32) -> c_int;
 type NextFn = unsafe extern "C" fn(*mut ibv_context, c_int, *mut u8, usize) -> isize;
-type AddrFn = unsafe extern "C" fn(*mut ibv_context, *mut c_void) -> c_int;
+type AddrFn = unsafe extern "C" fn(*mut ibv_context, *mut u8, usize) -> isize;
 
 struct Entries {
     call: CallFn,
@@ -50,7 +51,7 @@ fn entries() -> Option<&'static Entries> {
 /// Carry out `op` on the CM of the device `ctx`.
 pub fn call(ctx: usize, op: &CmOp) -> Result<Option<ConnId>, i32> {
     let e = entries().ok_or(libc::ENODEV)?;
-    let bytes = op.encode().map_err(|_| libc::EINVAL)?;
+    let bytes = encode(op).map_err(|_| libc::EINVAL)?;
     let mut id = 0u32;
     // SAFETY: ctx is a context this library opened; bytes and id live.
     let r = unsafe {
@@ -89,13 +90,12 @@ pub fn open_devices(st: &mut Locked) {
         if ctx.is_null() {
             continue;
         }
-        // SAFETY: sockaddr_storage is plain data; the call fills it.
-        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        // SAFETY: ctx is open; ss is writable.
-        if unsafe { (e.addr)(ctx, (&mut ss as *mut libc::sockaddr_storage).cast()) } != 0 {
-            continue;
-        }
-        let Some(addr) = crate::addr::from_c(&ss as *const libc::sockaddr_storage as *const c_void)
+        let mut buf = vec![0u8; CM_WIRE_MAX];
+        // SAFETY: ctx is open; buf has CM_WIRE_MAX writable bytes.
+        let n = unsafe { (e.addr)(ctx, buf.as_mut_ptr(), buf.len()) };
+        let Some(addr) = usize::try_from(n)
+            .ok()
+            .and_then(|n| decode::<SocketAddr>(&buf[..n]).ok())
         else {
             continue;
         };
@@ -145,7 +145,7 @@ fn pump(dev: usize, ctx: usize, e: &'static Entries) {
             tracing::warn!(errno = -n, "librdmacm: the device's CM events stopped");
             return;
         }
-        match CmEvent::decode(&buf[..n as usize]) {
+        match decode::<CmEvent>(&buf[..n as usize]) {
             Ok(ev) => {
                 let mut st = lock();
                 crate::conn::on_event(&mut st, dev, ev);
@@ -167,9 +167,4 @@ pub fn default_pd(st: &mut Locked, dev: usize) -> Result<*mut ibv_pd, i32> {
         d.pd = pd as usize;
     }
     Ok(d.pd as *mut ibv_pd)
-}
-
-/// The address of device `dev`'s CM (its IP and UDP port).
-pub fn cm_addr(st: &Locked, dev: usize) -> SocketAddr {
-    st.devs[dev].addr
 }

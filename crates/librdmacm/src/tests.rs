@@ -55,35 +55,16 @@ fn getaddrinfo_numeric_destination_and_passive() {
 #[test]
 fn getaddrinfo_refuses_bad_arguments() {
     let mut res: *mut rdma_addrinfo = null_mut();
-    // SAFETY: null or NUL-terminated strings, a writable result.
-    unsafe {
+    let none = std::ptr::null();
+    let cases = [
+        (none, none, &mut res as *mut _),
+        (c"127.0.0.1".as_ptr(), c"port".as_ptr(), &mut res as *mut _),
+        (c"127.0.0.1".as_ptr(), none, null_mut()),
+    ];
+    for (node, service, out) in cases {
+        // SAFETY: null or NUL-terminated strings; out null or writable.
         assert_eq!(
-            rdma_getaddrinfo(
-                std::ptr::null(),
-                std::ptr::null(),
-                std::ptr::null(),
-                &mut res
-            ),
-            -1
-        );
-        assert_eq!(errno_now(), libc::EINVAL);
-        assert_eq!(
-            rdma_getaddrinfo(
-                c"127.0.0.1".as_ptr(),
-                c"port".as_ptr(),
-                std::ptr::null(),
-                &mut res
-            ),
-            -1
-        );
-        assert_eq!(errno_now(), libc::EINVAL);
-        assert_eq!(
-            rdma_getaddrinfo(
-                c"127.0.0.1".as_ptr(),
-                std::ptr::null(),
-                std::ptr::null(),
-                null_mut()
-            ),
+            unsafe { rdma_getaddrinfo(node, service, none.cast(), out) },
             -1
         );
         assert_eq!(errno_now(), libc::EINVAL);

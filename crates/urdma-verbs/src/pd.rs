@@ -270,7 +270,6 @@ pub unsafe extern "C" fn rereg_mr(
                 new_access as u32,
                 Some(old),
             )?;
-            m.entry.mem.invalidate();
             // SAFETY: mr is a live boxed Mr (checked above); the verbs
             // contract gives ibv_rereg_mr the MR to itself while it runs.
             let m = unsafe { &mut *(mr as *mut Mr) };

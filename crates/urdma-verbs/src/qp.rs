@@ -130,7 +130,7 @@ fn create(n: NewQp) -> VResult<(*mut ibv_qp, ibv_qp_cap)> {
         max_inline_data: n
             .cap
             .max_inline_data
-            .max((16 * n.cap.max_send_sge.max(1)).min(pd.dev.attr.max_inline_data)),
+            .max((n.cap.max_send_sge.max(1).saturating_mul(16)).min(pd.dev.attr.max_inline_data)),
     };
     if srq.is_some() {
         cap.max_recv_wr = 0;

@@ -105,6 +105,7 @@ static void memory(void)
 		errno = 0;
 		CHECK(ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0) ==
 		      IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
+		errno = 0;
 		CHECK(ibv_rereg_mr(mr, 1 << 7, NULL, NULL, 0, 0) ==
 		      IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
 		RET_ERRNO(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION,

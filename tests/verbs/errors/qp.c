@@ -168,8 +168,12 @@ void qp_errors(void)
 	/* The mask of a query is a hint: any bits are taken (pyverbs asks
 	 * with 0x1ffffff), and every attribute comes back.
 	 */
+	memset(&q, 0, sizeof(q));
+	memset(&init, 0, sizeof(init));
 	CHECK(ibv_query_qp(qp, &q, 0x1ffffff, &init) == 0 &&
-	      q.qp_state == IBV_QPS_RTS);
+	      q.qp_state == IBV_QPS_RTS && q.path_mtu == IBV_MTU_1024 &&
+	      q.dest_qp_num == qp->qp_num && init.cap.max_inline_data == 64 &&
+	      init.send_cq == cq);
 
 	/* Bad work requests. */
 	swr.opcode = 99;

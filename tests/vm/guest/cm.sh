@@ -40,16 +40,6 @@ rxe_veth_up || exit 1
 
 urdma_side() { ip netns exec $NS "$U" "$@"; }
 
-# listening PORT: rxe's rdma_cm listens on PORT (rdma resource cm_id).
-listening() {
-  local i
-  for i in $(seq 1 100); do
-    rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN.*src-addr $IP_R:$1 " && return 0
-    sleep 0.2
-  done
-  return 1
-}
-
 # drop_first_mad ATTR: on rxe's ingress, drop the first CM MAD with
 # attribute ATTR (UD SEND_ONLY, opcode 0x64 at byte 28 of the IPv4
 # packet; the MAD after BTH and DETH at byte 48, its attribute ID at 64)
@@ -73,7 +63,7 @@ echo_with_loss() {
   drop_first_mad "$attr" || { fail "$name: tc filter on $DEV_R"; return; }
   timeout -k 5 "$T" rdma_server -s $IP_R -p "$port" >"$W/lserver" 2>&1 &
   local spid=$!
-  listening "$port" || echo "    # rdma_server did not show as listening on $port"
+  rxe_listening "$port" || echo "    # rdma_server did not show as listening on $port"
   start=$(date +%s)
   timeout -k 5 "$T" ip netns exec $NS "$U" cm-echo --bind $IP_U $IP_R -p "$port" >"$W/lclient" 2>&1
   crc=$?
@@ -94,7 +84,7 @@ echo_with_loss() {
 # 1. rxe serves (rdma_server), urdma connects (cm-echo).
 timeout -k 5 "$T" rdma_server -s $IP_R -p 7471 >"$W/server" 2>&1 &
 spid=$!
-listening 7471 || echo "    # rdma_server did not show as listening on 7471"
+rxe_listening 7471 || echo "    # rdma_server did not show as listening on 7471"
 timeout -k 5 "$T" ip netns exec $NS "$U" cm-echo --bind $IP_U $IP_R -p 7471 >"$W/client" 2>&1
 crc=$?
 wait $spid
@@ -123,10 +113,7 @@ fi
 timeout -k 5 "$T" ip netns exec $NS "$U" cm-echo --bind $IP_U -p 7472 >"$W/userver" 2>&1 &
 upid=$!
 # The NIC agent binds UDP 4791 in the namespace once the device is open.
-for i in $(seq 1 100); do
-  ip netns exec $NS cat /proc/net/udp | awk '$2 ~ /:12B7$/ { f = 1 } END { exit !f }' && break
-  sleep 0.2
-done
+urdma_device_up
 refused=
 for i in $(seq 1 50); do
   timeout -k 5 60 rdma_client -s $IP_U -p 7479 >"$W/rrefused" 2>&1

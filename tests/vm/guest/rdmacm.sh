@@ -33,43 +33,14 @@ cleanup() {
 trap cleanup EXIT
 rxe_veth_up || exit 1
 
-# urdma_run LOG CMD...: CMD on urdma in the namespace (urdma run).
-urdma_run() {
-  local log=$1
-  shift
-  timeout -k 5 "$T" ip netns exec $NS "$U" run --addr $IP_U -- "$@" >"$log" 2>&1
-}
-
-# rxe_run LOG CMD...: CMD on rxe (the system's librdmacm, the kernel's CM).
-rxe_run() {
-  local log=$1
-  shift
-  timeout -k 5 "$T" "$@" >"$log" 2>&1
-}
-
-# urdma_listening: the NIC agent of the namespace has UDP 4791 (the
-# device is open), and a moment for the program to listen.
-urdma_listening() {
-  local i
-  for i in $(seq 1 100); do
-    ip netns exec $NS cat /proc/net/udp | awk '$2 ~ /:12B7$/ { f = 1 } END { exit !f }' && break
-    sleep 0.2
-  done
-  sleep 1
-}
-
-# rxe_listening PORT: rxe's rdma_cm listens on PORT.
-rxe_listening() {
-  local i
-  for i in $(seq 1 100); do
-    rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN.*:$1 " && return 0
-    sleep 0.2
-  done
-  return 1
-}
+# The commands that run a program on urdma in the namespace (urdma run)
+# and on rxe (the system's librdmacm, the kernel's CM).
+ON_URDMA=(timeout -k 5 "$T" ip netns exec $NS "$U" run --addr $IP_U --)
+ON_RXE=(timeout -k 5 "$T")
 
 # both NAME EXPECT PORT SERVER... -- CLIENT...: SERVER listens on PORT and
-# CLIENT (whose output must contain EXPECT) connects to it, first urdma
+# CLIENT (a line of whose output must match the extended regex EXPECT)
+# connects to it, first urdma
 # serving and rxe connecting, then the other way round. {ip} in a command
 # is the server's address, {port} the port.
 both() {
@@ -86,16 +57,18 @@ both() {
     s=(); for a in "${server[@]}"; do a=${a//\{ip\}/$srv_ip}; s+=("${a//\{port\}/$port}"); done
     c=(); for a in "${client[@]}"; do a=${a//\{ip\}/$srv_ip}; c+=("${a//\{port\}/$port}"); done
     if [ $dir = urdma-serves ]; then
-      urdma_run "$W/$name.s" "${s[@]}" &
+      "${ON_URDMA[@]}" "${s[@]}" >"$W/$name.s" 2>&1 &
       spid=$!
-      urdma_listening
-      rxe_run "$W/$name.c" "${c[@]}"
+      urdma_device_up || echo "    # $name: the urdma device did not come up"
+      # rdma_cm listeners show nowhere: a moment for the program to listen.
+      sleep 1
+      "${ON_RXE[@]}" "${c[@]}" >"$W/$name.c" 2>&1
       crc=$?
     else
-      rxe_run "$W/$name.s" "${s[@]}" &
+      "${ON_RXE[@]}" "${s[@]}" >"$W/$name.s" 2>&1 &
       spid=$!
       rxe_listening "$port" || echo "    # $name: rxe did not show as listening on $port"
-      urdma_run "$W/$name.c" "${c[@]}"
+      "${ON_URDMA[@]}" "${c[@]}" >"$W/$name.c" 2>&1
       crc=$?
     fi
     if [ $crc != 0 ]; then
@@ -104,8 +77,8 @@ both() {
     fi
     wait "$spid"
     src=$?
-    if [ $crc = 0 ] && [ $src = 0 ] && grep -qF -- "$expect" "$W/$name.c"; then
-      ok "$name, $dir: $(grep -F -- "$expect" "$W/$name.c" | tail -1 | tr -s ' \t' ' ')"
+    if [ $crc = 0 ] && [ $src = 0 ] && grep -Eq -- "$expect" "$W/$name.c"; then
+      ok "$name, $dir: $(grep -E -- "$expect" "$W/$name.c" | tail -1 | tr -s ' \t' ' ')"
     else
       fail "$name, $dir: server status $src, client status $crc"
       show "$W/$name.s" "$W/$name.c"
@@ -117,5 +90,5 @@ both rping "ping data: rdma-ping-9" 7600 \
   rping -s -a {ip} -p {port} -C 10 -- rping -c -a {ip} -p {port} -C 10 -v
 both ucmatose "data transfers complete" 7610 \
   ucmatose -b {ip} -p {port} -c 4 -- ucmatose -s {ip} -p {port} -c 4
-both ib_write_bw_cm " 65536      1000 " 7620 \
+both ib_write_bw_cm '^ *65536 +1000 +[0-9.]+ +[0-9.]+' 7620 \
   ib_write_bw -R -p {port} -n 1000 -- ib_write_bw -R -p {port} -n 1000 {ip}

@@ -213,49 +213,7 @@ impl TryFrom<CmEventRepr> for CmEvent {
     }
 }
 
-/// The encoding of CM calls and events between a program's libraries
-/// (the drop-in librdmacm hands them to the drop-in libibverbs, which
-/// holds the device): bincode, bounded.
-fn codec() -> impl bincode::Options {
-    use bincode::Options;
-    bincode::DefaultOptions::new().with_limit(CM_WIRE_MAX as u64)
-}
-
-/// The most bytes an encoded [`CmOp`] or [`CmEvent`] takes.
+/// The most bytes a [`CmOp`] or [`CmEvent`] takes encoded with
+/// [`crate::nic::proto::encode`], as the drop-in librdmacm hands them to
+/// the drop-in libibverbs (which holds the device).
 pub const CM_WIRE_MAX: usize = 1024;
-
-impl CmOp {
-    /// This call as bytes ([`CmOp::decode`] reads them back).
-    pub fn encode(&self) -> Result<Vec<u8>> {
-        use bincode::Options;
-        codec()
-            .serialize(self)
-            .map_err(|e| Error::inval(format!("CM call: {e}")))
-    }
-
-    /// A call from the bytes [`CmOp::encode`] made.
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        use bincode::Options;
-        codec()
-            .deserialize(bytes)
-            .map_err(|e| Error::inval(format!("CM call: {e}")))
-    }
-}
-
-impl CmEvent {
-    /// This event as bytes ([`CmEvent::decode`] reads them back).
-    pub fn encode(&self) -> Result<Vec<u8>> {
-        use bincode::Options;
-        codec()
-            .serialize(self)
-            .map_err(|e| Error::inval(format!("CM event: {e}")))
-    }
-
-    /// An event from the bytes [`CmEvent::encode`] made.
-    pub fn decode(bytes: &[u8]) -> Result<Self> {
-        use bincode::Options;
-        codec()
-            .deserialize(bytes)
-            .map_err(|e| Error::inval(format!("CM event: {e}")))
-    }
-}

@@ -383,10 +383,16 @@ impl AgentLink {
                 };
                 let key = number(self.request(&req, fd.as_slice())?)?;
                 let entry = Arc::new(MrEntry::new(key, c.pd, c.access, c.iova, c.mem));
-                self.mrs
+                let replaced = self
+                    .mrs
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(key, entry.clone());
+                // A re-registration under the key: the old memory is out
+                // of reach at once, as the engine's table does it.
+                if let Some(old) = replaced {
+                    old.mem.invalidate();
+                }
                 Reply::Mr(entry)
             }
             C::DeregMr(c) => {

@@ -5,10 +5,11 @@
 //! messages, the NIC carries them out and writes back completions and the
 //! datagrams it received for them.
 //!
-//! The kernel QP served is QP 1 (the GSI QP of the kernel's MAD layer and
-//! connection manager): [`crate::engine::Engine::send_gsi`] sends its
-//! datagrams, and datagrams for QP 1 that the device's own CM does not
-//! claim come to it ([`crate::engine::Engine::set_kernel_gsi`]).
+//! QP 1 (the GSI QP of the kernel's MAD layer and connection manager) is
+//! served here: [`crate::engine::Engine::send_gsi`] sends its datagrams,
+//! and datagrams for QP 1 that the device's own CM does not claim come to
+//! it ([`crate::engine::Engine::set_kernel_gsi`]). The kernel's RC QPs and
+//! MRs are served by [`kernel_rc`].
 
 use super::kernel_rc::{self, KernelQps, KernelRc, RcMessage};
 use crate::engine::{GsiDatagram, GsiSend};
@@ -118,7 +119,7 @@ pub(super) fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-fn gid_at(b: &[u8], at: usize) -> Gid {
+pub(super) fn gid_at(b: &[u8], at: usize) -> Gid {
     let mut raw = [0u8; 16];
     raw.copy_from_slice(&b[at..at + 16]);
     Gid(raw)
@@ -153,7 +154,7 @@ pub fn parse_messages(buf: &[u8]) -> Result<Vec<KernelMessage>, BadMessage> {
         let flags = u16_at(m, 62);
         out.push(KernelMessage::UdSend(UdSend {
             qpn: u32_at(m, 4),
-            handle: u64::from_ne_bytes(m[8..16].try_into().expect("8 bytes")),
+            handle: u64_at(m, 8),
             sgid: gid_at(m, 16),
             dgid: gid_at(m, 32),
             dest_qpn: u32_at(m, 48),

@@ -6,7 +6,7 @@
 //! other; the memory of kernel MRs is reached through the channel
 //! ([`MemRegion::in_kernel`]), which the kernel checks access by access.
 
-use super::kernel_chan::{header, u16_at, u32_at, u64_at, BadMessage};
+use super::kernel_chan::{gid_at, header, u16_at, u32_at, u64_at, BadMessage};
 use crate::cq::CqShared;
 use crate::engine::command::{
     AllocPd, CreateQp, DeallocPd, DeregMr, DestroyQp, ModifyQp, PostRecv, PostSend,
@@ -16,7 +16,7 @@ use crate::fabric::udp::UdpDriver;
 use crate::mem::MemRegion;
 use crate::types::{AccessFlags, Mtu, QpAttrMask, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 use crate::types::{AsyncEvent, AsyncEventKind};
-use crate::verbs::{Gid, QpAttr, QpCap};
+use crate::verbs::{QpAttr, QpCap};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
@@ -119,12 +119,6 @@ pub enum RcMessage {
     Mr(MrNote),
 }
 
-fn gid16(m: &[u8], at: usize) -> Gid {
-    let mut g = [0u8; 16];
-    g.copy_from_slice(&m[at..at + 16]);
-    Gid(g)
-}
-
 /// Parse one message of type `kind` (its whole bytes `m`, length checked
 /// against the header by the caller).
 pub fn parse(kind: u16, m: &[u8], at: usize) -> Result<RcMessage, BadMessage> {
@@ -154,7 +148,7 @@ pub fn parse(kind: u16, m: &[u8], at: usize) -> Result<RcMessage, BadMessage> {
                 ..QpAttr::default()
             };
             let mut attr = attr;
-            attr.ah_attr.dgid = gid16(m, 84);
+            attr.ah_attr.dgid = gid_at(m, 84);
             attr.ah_attr.flow_label = u32_at(m, 72);
             attr.ah_attr.hop_limit = m[82];
             attr.ah_attr.traffic_class = m[83];
@@ -597,6 +591,7 @@ impl KernelRc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verbs::Gid;
 
     fn post_bytes(seq: u32, flags: u16, opcode: u8, sges: &[(u64, u32, u32)]) -> Vec<u8> {
         let mut m = header(MSG_POST, POST_LEN + sges.len() * SGE_LEN, 0x123);

@@ -34,6 +34,28 @@ rxe_veth_down() {
   modprobe -r rdma_ucm rdma_rxe 2>/dev/null
 }
 
+# rxe_listening PORT: rxe's rdma_cm listens on PORT (any address; rdma
+# resource cm_id); 1 after 20 s if it does not.
+rxe_listening() {
+  local i
+  for i in $(seq 1 100); do
+    rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN.*src-addr [^ ]*:$1 " && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# urdma_device_up: the NIC agent of the namespace has bound UDP 4791 (a
+# program opened the device); 1 after 20 s if it has not.
+urdma_device_up() {
+  local i
+  for i in $(seq 1 100); do
+    ip netns exec $NS cat /proc/net/udp | awk '$2 ~ /:12B7$/ { f = 1 } END { exit !f }' && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
 # show FILE...: the last lines of each file, indented.
 show() {
   local f
