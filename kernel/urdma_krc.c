@@ -476,6 +476,21 @@ static bool urdma_krc_hand_over(struct urdma_qp *qp, struct urdma_kmsg **km,
 	return true;
 }
 
+/*
+ * After a work request of @qp was recorded (and @rc's lock dropped): free
+ * its message if the NIC did not take it (@km), move the QP to ERR, here
+ * and at the NIC, on a local failure, and complete it if it is @done.
+ */
+static void urdma_krc_posted(struct urdma_qp *qp, struct urdma_kmsg *km,
+			     bool done, enum ib_wc_status status)
+{
+	kfree(km);
+	if (status != IB_WC_SUCCESS && status != IB_WC_WR_FLUSH_ERR)
+		urdma_krc_fail(qp);
+	if (done)
+		urdma_krc_complete(qp);
+}
+
 /* Record work request @wr_id as the next of @q (lock held). */
 static void urdma_kwq_push(struct urdma_kwq *q, u64 wr_id, u8 opcode,
 			   u32 byte_len, bool signaled, bool done,
@@ -598,11 +613,7 @@ static int urdma_krc_send_one(struct urdma_qp *qp, const struct ib_send_wr *wr)
 		       qp->sq_sig_type == IB_SIGNAL_ALL_WR ||
 		       (wr->send_flags & IB_SEND_SIGNALED), done, status);
 	spin_unlock_irqrestore(&rc->lock, flags);
-	kfree(km);
-	if (status != IB_WC_SUCCESS && status != IB_WC_WR_FLUSH_ERR)
-		urdma_krc_fail(qp);
-	if (done)
-		urdma_krc_complete(qp);
+	urdma_krc_posted(qp, km, done, status);
 	return 0;
 }
 
@@ -646,9 +657,7 @@ static int urdma_krc_recv_one(struct urdma_qp *qp, const struct ib_recv_wr *wr)
 	urdma_kwq_push(&rc->rq, wr->wr_id, IB_WC_RECV, room, true, done,
 		       status);
 	spin_unlock_irqrestore(&rc->lock, flags);
-	kfree(km);
-	if (done)
-		urdma_krc_complete(qp);
+	urdma_krc_posted(qp, km, done, status);
 	return 0;
 }
 

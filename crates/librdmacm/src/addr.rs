@@ -115,6 +115,12 @@ pub fn set_src(
     dev: Option<usize>,
 ) -> Result<(), i32> {
     let ctx = dev.map(|d| st.devs[d].ctx);
+    // An ID on a device has the device's PD until its QP says otherwise
+    // (programs register memory with id->pd before making the QP).
+    let pd = match dev {
+        Some(d) => crate::nic::default_pd(st, d)?,
+        None => std::ptr::null_mut(),
+    };
     let s = st.id(id)?;
     s.src = Some(src);
     s.dev = dev;
@@ -125,6 +131,9 @@ pub fn set_src(
             std::ptr::addr_of_mut!((*id).route.addr.__bindgen_anon_1).cast(),
         );
         if let Some(ctx) = ctx {
+            if (*id).pd.is_null() {
+                (*id).pd = pd;
+            }
             (*id).verbs = ctx as *mut ibv_context;
             (*id).port_num = 1;
             (*id).route.addr.addr.ibaddr.sgid = gid_of(src.ip());

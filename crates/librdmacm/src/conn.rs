@@ -4,7 +4,7 @@
 
 use crate::state::{event, lock, set_conn, Locked, Phase, Remote};
 use crate::sys::*;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use urdma::cm::{
     rej_reason, AcceptParams, CmEvent, CmOp, CmaHeader, ConnectParams, Rep, Req, REP_PRIVATE_LEN,
 };
@@ -71,7 +71,17 @@ pub fn listen(id: *mut rdma_cm_id) -> Result<(), i32> {
     if s.conn.is_some() {
         return Err(libc::EINVAL);
     }
-    let src = s.src.ok_or(libc::EINVAL)?;
+    if s.src.is_none() {
+        // Not bound: the wildcard address and a free port, as the
+        // kernel's rdma_cm binds it.
+        crate::addr::bind(
+            &mut st,
+            id,
+            SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
+        )?;
+    }
+    let src = st.id(id)?.src.ok_or(libc::EINVAL)?;
+    let s = st.id(id)?;
     let devs: Vec<usize> = match s.dev {
         Some(d) => vec![d],
         None => (0..st.devs.len()).collect(),

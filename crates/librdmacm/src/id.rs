@@ -140,8 +140,26 @@ pub fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
         st = st.wait();
     }
     let idu = id as usize;
+    // Requests a listener never handed out are refused and their IDs
+    // freed with it, as the kernel's rdma_cm does.
+    let unclaimed = st.unclaimed_requests(idu);
     st.drop_queued(idu);
-    let s = st.ids.remove(&idu).ok_or(libc::EINVAL)?;
+    for child in unclaimed {
+        forget(&mut st, child);
+    }
+    forget(&mut st, idu);
+    notify();
+    Ok(())
+}
+
+/// Free the ID `id` with its unread events, ending what it holds in the
+/// CM: its listeners, and its connection (DREQ if established, REJ while
+/// a REQ or REP waits, else forgotten).
+fn forget(st: &mut Locked, id: usize) {
+    st.drop_queued(id);
+    let Some(s) = st.ids.remove(&id) else {
+        return;
+    };
     for (dev, service_id) in &s.listens {
         st.listeners.remove(&(*dev, *service_id));
         let ctx = st.devs[*dev].ctx;
@@ -171,21 +189,20 @@ pub fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
             let _ = crate::nic::call(ctx, &CmOp::Destroy { id: conn });
         }
     }
+    let idp = id as *mut rdma_cm_id;
     if let (Some(src), true) = (s.src, s.owns_port) {
-        // SAFETY: id is live until freed below.
-        let ps = unsafe { (*id).ps };
+        // SAFETY: the ID's box is live until freed below.
+        let ps = unsafe { (*idp).ps };
         st.ports.remove(&(ps, src.port()));
     }
     if let Some(c) = st.chans.get_mut(&s.chan) {
         c.ids -= 1;
     }
     if s.sync {
-        let _ = free_channel(&mut st, s.chan);
+        let _ = free_channel(st, s.chan);
     }
-    notify();
     // SAFETY: the box made by create_id, gone from the table.
-    drop(unsafe { Box::from_raw(id) });
-    Ok(())
+    drop(unsafe { Box::from_raw(idp) });
 }
 
 /// `rdma_get_cm_event`: the next event of the channel, waiting for one

@@ -152,8 +152,14 @@ pub fn create_ex(
     }
     // SAFETY: ex is readable and writable (the caller's contract).
     let e = unsafe { &mut *ex };
-    if e.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
-        return Err(libc::EINVAL);
+    if e.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || e.pd.is_null() {
+        // The ID's PD, as librdmacm gives.
+        e.comp_mask |= IBV_QP_INIT_ATTR_PD;
+        // SAFETY: id is read only once found live in the table.
+        e.pd = match st.id(id) {
+            Ok(_) => unsafe { (*id).pd },
+            Err(e) => return Err(e),
+        };
     }
     // SAFETY: ibv_qp_init_attr is plain C data; all-zero is valid.
     let mut plain: ibv_qp_init_attr = unsafe { std::mem::zeroed() };

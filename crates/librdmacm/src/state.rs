@@ -240,6 +240,21 @@ impl State {
         }
     }
 
+    /// The IDs of the connection requests of listener `id` still queued
+    /// (not yet read by the program).
+    pub fn unclaimed_requests(&self, id: usize) -> Vec<usize> {
+        let Some(c) = self.ids.get(&id).and_then(|s| self.chans.get(&s.chan)) else {
+            return Vec::new();
+        };
+        c.queue
+            .iter()
+            // SAFETY: queued events are live boxes this table made.
+            .map(|&p| unsafe { &(*(p as *const EventBox)).ev })
+            .filter(|e| e.event == RDMA_CM_EVENT_CONNECT_REQUEST && e.listen_id as usize == id)
+            .map(|e| e.id as usize)
+            .collect()
+    }
+
     /// Take back the queued (unread) events of `id` from its channel and
     /// free them.
     pub fn drop_queued(&mut self, id: usize) {

@@ -304,8 +304,9 @@ pub struct KernelRc {
     /// Kernel PD number to engine PD.
     pds: HashMap<u32, u32>,
     qps: HashMap<u32, KernelQp>,
-    /// Kernel MR index to the key it is in the engine under, if any.
-    mrs: HashMap<u32, Option<u32>>,
+    /// Kernel MR index to the key the engine holds it under (MRs the
+    /// engine has: DMA MRs and registered fast MRs).
+    mrs: HashMap<u32, u32>,
     next_cqn: u32,
     wake: Arc<dyn Fn() + Send + Sync>,
     events: Arc<KernelQps>,
@@ -504,35 +505,39 @@ impl KernelRc {
     fn mr(&mut self, driver: &UdpDriver, n: &MrNote) -> crate::Result<()> {
         let index = (n.key >> 8) & 0xffff;
         let access = AccessFlags::from_bits_truncate(n.access);
-        // What the engine holds for the MR now ends.
-        if let Some(key) = self.mrs.get(&index).copied().flatten() {
-            let _ = driver.call(DeregMr { key });
-            self.mrs.insert(index, None);
+        if ![MR_DMA, MR_FAST, MR_INVALIDATE, MR_REGISTER, MR_REMOVE].contains(&n.op) {
+            return Err(crate::Error::inval("unknown MR operation"));
         }
-        match n.op {
-            MR_DMA => {
-                let pd = self.pd(driver, n.pd)?;
-                let mem = MemRegion::in_kernel(self.chan.clone(), n.key, 0, usize::MAX);
-                driver.with_engine(|e, _| e.insert_kernel_mr(n.key, pd, access, 0, mem, false))?;
-                self.mrs.insert(index, Some(n.key));
-            }
-            MR_FAST | MR_INVALIDATE => {
-                self.mrs.insert(index, None);
-            }
+        // What the engine holds for the MR now ends.
+        if let Some(key) = self.mrs.remove(&index) {
+            let _ = driver.call(DeregMr { key });
+        }
+        let (pd, iova, len, invalidatable) = match n.op {
+            MR_DMA => (self.pd(driver, n.pd)?, 0, usize::MAX, false),
             MR_REGISTER => {
-                let pd = self.pd(driver, n.pd)?;
                 let len = usize::try_from(n.length)
                     .map_err(|_| crate::Error::inval("registration too long"))?;
-                let mem = MemRegion::in_kernel(self.chan.clone(), n.key, n.iova, len);
-                driver
-                    .with_engine(|e, _| e.insert_kernel_mr(n.key, pd, access, n.iova, mem, true))?;
-                self.mrs.insert(index, Some(n.key));
+                (self.pd(driver, n.pd)?, n.iova, len, true)
             }
             MR_REMOVE => {
-                self.mrs.remove(&index);
+                // A PD's DMA MR goes when the PD does (the kernel names
+                // no other end of a PD): once nothing of it is left, the
+                // engine's PD goes too (the engine refuses while MRs or
+                // QPs remain, and a later use makes it again).
+                if let Some(&pd) = self.pds.get(&n.pd) {
+                    if driver.call(DeallocPd { pd }).is_ok() {
+                        self.pds.remove(&n.pd);
+                    }
+                }
+                return Ok(());
             }
-            _ => return Err(crate::Error::inval("unknown MR operation")),
-        }
+            // Fast MRs made or invalidated: nothing for the engine.
+            _ => return Ok(()),
+        };
+        let mem = MemRegion::in_kernel(self.chan.clone(), n.key, iova, len);
+        driver
+            .with_engine(|e, _| e.insert_kernel_mr(n.key, pd, access, iova, mem, invalidatable))?;
+        self.mrs.insert(index, n.key);
         Ok(())
     }
 
@@ -579,7 +584,7 @@ impl KernelRc {
         for (qpn, _) in self.qps.drain() {
             let _ = driver.call(DestroyQp { qpn });
         }
-        for key in self.mrs.drain().filter_map(|(_, k)| k) {
+        for (_, key) in self.mrs.drain() {
             let _ = driver.call(DeregMr { key });
         }
         for (_, pd) in self.pds.drain() {
