@@ -54,6 +54,31 @@ pub unsafe extern "C" fn cm_call(
     })
 }
 
+/// The context of `ctx`, given an output buffer `buf` of `cap` bytes
+/// that holds any encoded CM value; else the negative errno to return.
+fn with_buffer<'a>(ctx: *mut ibv_context, buf: *mut u8, cap: usize) -> Result<&'a Context, isize> {
+    let ctx = Context::from_ptr(ctx).map_err(|e| -(e as isize))?;
+    if buf.is_null() || cap < CM_WIRE_MAX {
+        return Err(-(libc::EINVAL as isize));
+    }
+    Ok(ctx)
+}
+
+/// Copy `value` encoded into `buf` (`cap` bytes); its length, or -EIO.
+///
+/// # Safety
+/// `buf` is `cap` writable bytes.
+unsafe fn put<T: serde::Serialize>(value: &T, buf: *mut u8, cap: usize) -> isize {
+    match encode(value) {
+        Ok(bytes) if bytes.len() <= cap => {
+            // SAFETY: per the contract; the encoding fits.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+            bytes.len() as isize
+        }
+        _ => -(libc::EIO as isize),
+    }
+}
+
 /// `urdma_cm_next_event`: wait up to `timeout_ms` (negative: forever)
 /// for the next CM event of the program on the device of `ctx` and
 /// encode it into `buf` (`cap` bytes, at least [`CM_WIRE_MAX`]).
@@ -65,29 +90,20 @@ pub unsafe extern "C" fn cm_next_event(
     cap: usize,
 ) -> isize {
     guard(-(libc::EIO as isize), || {
-        let ctx = match Context::from_ptr(ctx) {
+        let ctx = match with_buffer(ctx, buf, cap) {
             Ok(c) => c,
-            Err(e) => return -(e as isize),
+            Err(e) => return e,
         };
-        if buf.is_null() || cap < CM_WIRE_MAX {
-            return -(libc::EINVAL as isize);
-        }
         let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
         let Some(ev) = ctx.dev.device.next_cm_event(timeout) else {
             return 0;
         };
-        match encode::<CmEvent>(&ev) {
-            Ok(bytes) if bytes.len() <= cap => {
-                // SAFETY: the caller passes `cap` writable bytes at `buf`,
-                // and the event fits.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
-                bytes.len() as isize
-            }
-            _ => {
-                tracing::warn!(?ev, "a CM event could not be encoded");
-                -(libc::EIO as isize)
-            }
+        // SAFETY: the caller passes `cap` writable bytes at `buf`.
+        let n = unsafe { put::<CmEvent>(&ev, buf, cap) };
+        if n < 0 {
+            tracing::warn!(?ev, "a CM event could not be encoded");
         }
+        n
     })
 }
 
@@ -96,22 +112,9 @@ pub unsafe extern "C" fn cm_next_event(
 /// (`cap` bytes, at least [`CM_WIRE_MAX`]). Returns its length or a
 /// negative errno.
 pub unsafe extern "C" fn cm_local_addr(ctx: *mut ibv_context, buf: *mut u8, cap: usize) -> isize {
-    guard(-(libc::EIO as isize), || {
-        let ctx = match Context::from_ptr(ctx) {
-            Ok(c) => c,
-            Err(e) => return -(e as isize),
-        };
-        if buf.is_null() || cap < CM_WIRE_MAX {
-            return -(libc::EINVAL as isize);
-        }
-        match encode(&ctx.dev.device.local_addr()) {
-            Ok(bytes) if bytes.len() <= cap => {
-                // SAFETY: the caller passes `cap` writable bytes at `buf`,
-                // and the address fits.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
-                bytes.len() as isize
-            }
-            _ => -(libc::EIO as isize),
-        }
+    guard(-(libc::EIO as isize), || match with_buffer(ctx, buf, cap) {
+        // SAFETY: the caller passes `cap` writable bytes at `buf`.
+        Ok(ctx) => unsafe { put(&ctx.dev.device.local_addr(), buf, cap) },
+        Err(e) => e,
     })
 }

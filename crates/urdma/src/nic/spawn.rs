@@ -41,10 +41,13 @@ pub fn agent_binary() -> Option<PathBuf> {
         if exe.file_name().is_some_and(|n| n == "urdma") {
             return Some(exe.clone());
         }
-        if let Some(p) = exe
-            .parent()
+        let beside = exe.parent();
+        let up = beside.and_then(|d| d.parent());
+        if let Some(p) = [beside, up]
+            .into_iter()
+            .flatten()
             .map(|d| d.join("urdma"))
-            .filter(|p| p.is_file())
+            .find(|p| p.is_file())
         {
             return Some(p);
         }
