@@ -1,13 +1,13 @@
 //! Fuzz the communication manager's state machine: any sequence of
 //! arriving MADs (well-formed ones built from the input, so that they
-//! name live connections), consumer calls and timer runs is taken without
+//! name live connections and SIDR requests), consumer calls and timer runs is taken without
 //! a panic, and every MAD the CM sends parses back to itself.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use std::net::SocketAddr;
-use urdma::cm::{AcceptParams, Cm, CmEvent, CmOp, ConnectParams};
-use urdma_wire::cm::{CmMad, CmMessage, Drep, Dreq, Mra, Rej, Rep, Req, Rtu};
+use urdma::cm::{AcceptParams, Cm, CmEvent, CmOp, ConnectParams, ResolveParams};
+use urdma_wire::cm::{CmMad, CmMessage, Drep, Dreq, Mra, Rej, Rep, Req, Rtu, SidrRep, SidrReq};
 
 /// A cursor over the fuzzer's bytes.
 struct Input<'a>(&'a [u8]);
@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
         let id = pick(input.u8(), &ids);
         let other = input.u32().unwrap_or(0);
         let service = u64::from(other % 4);
-        let msg = match tag % 16 {
+        let msg = match tag % 20 {
             0 => CmMessage::Req(Req {
                 local_comm_id: other,
                 service_id: service,
@@ -91,6 +91,17 @@ fuzz_target!(|data: &[u8]| {
                 remote_comm_id: id,
                 ..Drep::default()
             }),
+            17 => CmMessage::SidrReq(SidrReq {
+                request_id: other,
+                service_id: service,
+                ..SidrReq::default()
+            }),
+            18 => CmMessage::SidrRep(SidrRep {
+                request_id: id,
+                status: (other % 4) as u8,
+                qpn: other & 0xFF,
+                ..SidrRep::default()
+            }),
             t => {
                 let op = match t {
                     7 => CmOp::Listen {
@@ -119,6 +130,17 @@ fuzz_target!(|data: &[u8]| {
                         private_data: vec![],
                     },
                     14 => CmOp::Destroy { id },
+                    15 => CmOp::Resolve(ResolveParams {
+                        response_timeout: 8,
+                        max_retries: 3,
+                        ..ResolveParams::new(peer, service)
+                    }),
+                    16 => CmOp::AnswerResolve {
+                        id,
+                        qpn: other & 0xFF,
+                        qkey: other,
+                        private_data: vec![0; (other % 200) as usize],
+                    },
                     _ => {
                         now += u64::from(other) << 8;
                         cm.on_timer(now);
@@ -141,7 +163,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(CmMad::parse(&bytes).as_ref(), Ok(&o.mad));
         }
         for ev in cm.take_events() {
-            if let CmEvent::ConnectRequest { id, .. } = ev {
+            if let CmEvent::ConnectRequest { id, .. } | CmEvent::ServiceRequest { id, .. } = ev {
                 ids.push(id);
             }
         }

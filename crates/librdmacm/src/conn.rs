@@ -10,7 +10,7 @@ use urdma::cm::{
 };
 
 /// rdma_cm's address header at the start of a REQ's private data.
-const CMA_LEN: usize = 36;
+pub(crate) const CMA_LEN: usize = 36;
 /// User private data room after the address header in a REQ.
 const REQ_USER_LEN: usize = urdma::cm::REQ_PRIVATE_LEN - CMA_LEN;
 /// REJ private data room.
@@ -114,8 +114,23 @@ pub fn listen(id: *mut rdma_cm_id) -> Result<(), i32> {
     Ok(())
 }
 
+/// rdma_cm's address header for an ID bound to `src` and resolved to
+/// `dst`, followed by `user` private data.
+pub(crate) fn cma_private(src: SocketAddr, dst: SocketAddr, user: &[u8]) -> Result<Vec<u8>, i32> {
+    let mut data = vec![0u8; CMA_LEN];
+    CmaHeader {
+        src_port: src.port(),
+        src: src.ip(),
+        dst: dst.ip(),
+    }
+    .emit(&mut data)
+    .map_err(|_| libc::EINVAL)?;
+    data.extend_from_slice(user);
+    Ok(data)
+}
+
 /// `rdma_connect`: a REQ carrying rdma_cm's address header for the
-/// resolved peer.
+/// resolved peer (a SIDR_REQ for a UD ID).
 pub fn connect(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Result<(), i32> {
     {
         let mut st = lock();
@@ -133,8 +148,12 @@ pub fn connect(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Result<(),
         let transport = match qp_type {
             IBV_QPT_RC => 0,
             IBV_QPT_UC => 1,
-            // UD service ID resolution (SIDR) is not in the NIC's CM yet.
-            _ => return Err(libc::ENOSYS),
+            IBV_QPT_UD => {
+                let user = private_data(param, crate::ud::SIDR_USER_LEN)?;
+                let data = cma_private(src, dst, &user)?;
+                return crate::ud::resolve(st, id, dev, dst, data);
+            }
+            _ => return Err(libc::EINVAL),
         };
         let (qpn, srq) = qp_of(id, param)?;
         let user = private_data(param, REQ_USER_LEN)?;
@@ -152,15 +171,7 @@ pub fn connect(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Result<(),
                 )
             },
         };
-        let mut data = vec![0u8; CMA_LEN];
-        CmaHeader {
-            src_port: src.port(),
-            src: src.ip(),
-            dst: dst.ip(),
-        }
-        .emit(&mut data)
-        .map_err(|_| libc::EINVAL)?;
-        data.extend_from_slice(&user);
+        let data = cma_private(src, dst, &user)?;
         let psn = random_psn();
         let mtu = d.mtu;
         let peer = SocketAddr::new(dst.ip(), d.addr.port());
@@ -198,11 +209,17 @@ pub fn connect(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Result<(),
 }
 
 /// `rdma_accept`: move the QP to RTR and RTS towards the requester, then
-/// the REP; established when the RTU comes.
+/// the REP; established when the RTU comes. A UD ID answers its SIDR_REQ.
 pub fn accept(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Result<(), i32> {
     {
         let mut st = lock();
         crate::id::release_held(&mut st, id);
+        // SAFETY: id is live once looked up.
+        if st.id(id).is_ok() && unsafe { (*id).qp_type } == IBV_QPT_UD {
+            let (qpn, _) = qp_of(id, param)?;
+            let data = private_data(param, urdma::cm::SIDR_REP_PRIVATE_LEN)?;
+            return crate::ud::accept(&mut st, id, qpn, data);
+        }
         let s = st.id(id)?;
         let (Some(dev), Some(conn), Some(mut r)) = (s.dev, s.conn, s.remote) else {
             return Err(libc::EINVAL);
@@ -335,9 +352,9 @@ pub fn disconnect(id: *mut rdma_cm_id) -> Result<(), i32> {
         let s = st.id(id)?;
         let (phase, sync) = (s.phase, s.sync);
         let (Some(dev), Some(conn)) = (s.dev, s.conn) else {
-            // Ended (rejected, unreachable, or gone through TimeWait):
-            // nothing to send, as librdmacm answers then.
-            if phase != Phase::Ended {
+            // Ended (rejected, unreachable, or gone through TimeWait) or
+            // a UD ID: nothing to send, as librdmacm answers then.
+            if !matches!(phase, Phase::Ended | Phase::Resolved) {
                 return Err(libc::EINVAL);
             }
             crate::qp::to_error(id);
@@ -380,8 +397,12 @@ pub fn disconnect(id: *mut rdma_cm_id) -> Result<(), i32> {
 /// Hand a CM event of device `dev` to its ID.
 pub fn on_event(st: &mut Locked, dev: usize, ev: CmEvent) {
     let conn = ev.id();
-    if let CmEvent::ConnectRequest { peer, req, .. } = ev {
-        return on_request(st, dev, conn, peer, &req);
+    match ev {
+        CmEvent::ConnectRequest { peer, req, .. } => return on_request(st, dev, conn, peer, &req),
+        CmEvent::ServiceRequest { peer, req, .. } => {
+            return crate::ud::on_request(st, dev, conn, peer, &req)
+        }
+        _ => {}
     }
     let Some(&id) = st.conns.get(&(dev, conn)) else {
         tracing::debug!(?ev, "librdmacm: an event for no ID");
@@ -396,7 +417,11 @@ pub fn on_event(st: &mut Locked, dev: usize, ev: CmEvent) {
         }
     };
     match ev {
-        CmEvent::ConnectRequest { .. } => {}
+        CmEvent::ConnectRequest { .. } | CmEvent::ServiceRequest { .. } => {}
+        CmEvent::ServiceReply { rep, .. } => {
+            ended(st);
+            crate::ud::on_reply(st, id, &rep);
+        }
         CmEvent::ConnectResponse { rep, .. } => on_reply(st, dev, idp, conn, &rep),
         CmEvent::Established { .. } => {
             // The active side reported it with the REP (or its consumer
@@ -440,9 +465,21 @@ pub fn on_event(st: &mut Locked, dev: usize, ev: CmEvent) {
     }
 }
 
-/// A REQ for a listener: a new ID on the listener's channel (its own
-/// channel when the listener is synchronous) and CONNECT_REQUEST.
-fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Req) {
+/// A new ID for request `conn` of device `dev` for `service_id` from
+/// `peer`, on its listener's channel (its own channel when the listener
+/// is synchronous), in phase `ReqReceived`, with the addresses that
+/// rdma_cm's header at the start of `private` names. Answers the ID, the
+/// listener and the user's part of `private`; refuses the request (a REJ,
+/// or a SIDR_REP with status reject) when there is no listener or no
+/// memory.
+pub(crate) fn request_id<'p>(
+    st: &mut Locked,
+    dev: usize,
+    conn: u32,
+    peer: SocketAddr,
+    service_id: u64,
+    private: &'p [u8],
+) -> Option<(*mut rdma_cm_id, *mut rdma_cm_id, &'p [u8])> {
     let ctx = st.devs[dev].ctx;
     let refuse = |why: &str| {
         tracing::debug!(conn, why, "librdmacm: a connection request refused");
@@ -452,8 +489,9 @@ fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Re
             private_data: Vec::new(),
         };
         let _ = crate::nic::call(ctx, &op);
+        None
     };
-    let Some(&listen) = st.listeners.get(&(dev, req.service_id)) else {
+    let Some(&listen) = st.listeners.get(&(dev, service_id)) else {
         return refuse("no listener");
     };
     let lp = listen as *mut rdma_cm_id;
@@ -465,25 +503,17 @@ fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Re
         true => std::ptr::null_mut(),
         false => channel,
     };
-    let child = match crate::id::create_id_in(st, ch, context, ps, qp_type) {
-        Ok(c) => c,
-        Err(_) => return refuse("no memory"),
+    let Ok(child) = crate::id::create_id_in(st, ch, context, ps, qp_type) else {
+        return refuse("no memory");
     };
-    let hdr = CmaHeader::parse(&req.private_data).ok();
+    let hdr = CmaHeader::parse(private).ok();
     let local_ip = st.devs[dev].addr.ip();
-    let port = (req.service_id & 0xffff) as u16;
+    let port = (service_id & 0xffff) as u16;
     let src = SocketAddr::new(hdr.map(|h| h.dst).unwrap_or(local_ip), port);
     let dst = match hdr {
         Some(h) => SocketAddr::new(h.src, h.src_port),
         None => SocketAddr::new(peer.ip(), 0),
     };
-    let d = &st.devs[dev];
-    let mtu = u32::from(req.path_mtu).clamp(1, d.mtu.max(1));
-    // What the requester issues and accepts, within this device's limits.
-    let (responder, initiator) = (
-        req.initiator_depth.min(d.max_responder),
-        req.responder_resources.min(d.max_initiator),
-    );
     let addressed = crate::addr::set_src(st, child, src, Some(dev))
         .and_then(|()| crate::addr::set_dst(st, child, dst, peer.ip()));
     if addressed.is_err() {
@@ -492,6 +522,30 @@ fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Re
     if let Some(s) = st.ids.get_mut(&(child as usize)) {
         s.conn = Some(conn);
         s.phase = Phase::ReqReceived;
+    }
+    st.conns.insert((dev, conn), child as usize);
+    let user = match hdr {
+        Some(_) => &private[CMA_LEN..],
+        None => private,
+    };
+    Some((child, lp, user))
+}
+
+/// A REQ for a listener: a new ID and CONNECT_REQUEST.
+fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Req) {
+    let Some((child, lp, user)) =
+        request_id(st, dev, conn, peer, req.service_id, &req.private_data)
+    else {
+        return;
+    };
+    let d = &st.devs[dev];
+    let mtu = u32::from(req.path_mtu).clamp(1, d.mtu.max(1));
+    // What the requester issues and accepts, within this device's limits.
+    let (responder, initiator) = (
+        req.initiator_depth.min(d.max_responder),
+        req.responder_resources.min(d.max_initiator),
+    );
+    if let Some(s) = st.ids.get_mut(&(child as usize)) {
         // Chosen now: a consumer that moves its own QP asks for its RTR
         // attributes (rdma_init_qp_attr) before it accepts.
         s.psn = random_psn();
@@ -505,11 +559,6 @@ fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Re
             rnr_retry: req.rnr_retry_count,
         });
     }
-    st.conns.insert((dev, conn), child as usize);
-    let user = match hdr {
-        Some(_) => &req.private_data[CMA_LEN..],
-        None => &req.private_data[..],
-    };
     let mut b = event(child as usize, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
     b.ev.listen_id = lp;
     set_conn(&mut b, user, |c| {
@@ -521,7 +570,7 @@ fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Re
         c.srq = u8::from(req.srq);
         c.qp_num = req.local_qpn;
     });
-    st.push(listen, b);
+    st.push(lp as usize, b);
 }
 
 /// The REP of an active connection: with a QP, RTR, RTS and the RTU, then

@@ -153,8 +153,7 @@ pub fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
 }
 
 /// Free the ID `id` with its unread events, ending what it holds in the
-/// CM: its listeners, and its connection (DREQ if established, REJ while
-/// a REQ or REP waits, else forgotten).
+/// CM: its listeners, and its connection.
 fn forget(st: &mut Locked, id: usize) {
     st.drop_queued(id);
     let Some(s) = st.ids.remove(&id) else {
@@ -172,22 +171,9 @@ fn forget(st: &mut Locked, id: usize) {
     }
     if let (Some(conn), Some(dev)) = (s.conn, s.dev) {
         st.conns.remove(&(dev, conn));
-        let ctx = st.devs[dev].ctx;
-        let op = match s.phase {
-            Phase::Connected => CmOp::Disconnect {
-                id: conn,
-                private_data: Vec::new(),
-            },
-            Phase::ReqReceived | Phase::RepReceived | Phase::Accepting => CmOp::Reject {
-                id: conn,
-                reason: urdma::cm::rej_reason::CONSUMER_DEFINED,
-                private_data: Vec::new(),
-            },
-            _ => CmOp::Destroy { id: conn },
-        };
-        if crate::nic::call(ctx, &op).is_err() {
-            let _ = crate::nic::call(ctx, &CmOp::Destroy { id: conn });
-        }
+        // The NIC's CM ends it as Linux's does for a destroyed ID: a DREQ
+        // if established, a REJ while a REQ or REP waits.
+        let _ = crate::nic::call(st.devs[dev].ctx, &CmOp::Destroy { id: conn });
     }
     let idp = id as *mut rdma_cm_id;
     if let (Some(src), true) = (s.src, s.owns_port) {

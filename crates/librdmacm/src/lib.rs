@@ -29,6 +29,7 @@ pub mod qp;
 pub mod state;
 pub mod stubs;
 pub mod sys;
+pub mod ud;
 
 use std::ffi::{c_char, c_void};
 use std::os::raw::c_int;

@@ -63,7 +63,7 @@ pub fn call(ctx: usize, op: &CmOp) -> Result<Option<ConnId>, i32> {
         )
     };
     match r {
-        0 => Ok(matches!(op, CmOp::Connect(_)).then_some(id)),
+        0 => Ok(matches!(op, CmOp::Connect(_) | CmOp::Resolve(_)).then_some(id)),
         e => Err(e),
     }
 }

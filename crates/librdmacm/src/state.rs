@@ -48,6 +48,9 @@ pub enum Phase {
     Connected,
     /// Disconnected (or rejected, or unreachable).
     Ended,
+    /// A UD ID's service resolution is done (answered, or heard): the CM
+    /// keeps nothing of it.
+    Resolved,
 }
 
 /// What the peer's REQ or REP said, for the QP's RTR and RTS.

@@ -36,6 +36,10 @@ pub(super) enum State {
     DreqSent,
     /// Disconnected; the IDs are kept a while.
     TimeWait,
+    /// Active: SIDR_REQ sent, waiting for the SIDR_REP.
+    SidrReqSent,
+    /// Passive: SIDR_REQ received, the consumer decides.
+    SidrReqRcvd,
 }
 
 impl State {
@@ -52,6 +56,8 @@ impl State {
             State::Established => "ESTABLISHED",
             State::DreqSent => "DREQ_SENT",
             State::TimeWait => "TIMEWAIT",
+            State::SidrReqSent => "SIDR_REQ_SENT",
+            State::SidrReqRcvd => "SIDR_REQ_RCVD",
         }
     }
 }
@@ -93,8 +99,11 @@ pub(super) struct Conn {
     pub(super) remote_comm_id: u32,
     /// The peer's CA GUID (0 until known).
     pub(super) remote_guid: u64,
-    /// TID of the REQ (the passive side answers with it).
+    /// TID of the REQ or SIDR_REQ (the passive side answers with it; the
+    /// active side withdraws with it).
     pub(super) req_tid: u64,
+    /// The service asked for (a SIDR_REP names it).
+    pub(super) service_id: u64,
     /// TID of the REP (the active side answers with it).
     pub(super) rep_tid: u64,
     /// CM response timeout code of the peer.
@@ -131,6 +140,7 @@ impl Conn {
             remote_comm_id: 0,
             remote_guid: 0,
             req_tid: 0,
+            service_id: 0,
             rep_tid: 0,
             response_timeout: super::DEFAULT_RESPONSE_TIMEOUT,
             max_retries: super::DEFAULT_MAX_RETRIES,

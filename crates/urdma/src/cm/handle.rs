@@ -21,11 +21,8 @@ impl Cm {
             CmMessage::Rtu(m) => self.on_rtu(m),
             CmMessage::Dreq(m) => self.on_dreq(now, from, mad.tid, m),
             CmMessage::Drep(m) => self.on_drep(now, m),
-            // Service ID resolution is not served: a requester hears
-            // nothing and times out, as from a host without the service.
-            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => {
-                tracing::debug!(?from, "SIDR message dropped");
-            }
+            CmMessage::SidrReq(m) => self.on_sidr_req(now, from, mad.tid, m),
+            CmMessage::SidrRep(m) => self.on_sidr_rep(from, m),
         }
     }
 
@@ -154,11 +151,14 @@ impl Cm {
     }
 
     fn on_rej(&mut self, from: SocketAddr, rej: &Rej) {
-        // A requester that gives up its REQ before our answer does not
-        // know our ID yet: it names its own.
+        // A requester that gives up its REQ before our answer (or before
+        // it heard our REP) does not know our ID yet: it names its own.
         let withdrawn = self.conns.iter().find_map(|(&id, c)| {
             (c.role == Role::Passive
-                && matches!(c.state, State::ReqRcvd | State::MraReqSent)
+                && matches!(
+                    c.state,
+                    State::ReqRcvd | State::MraReqSent | State::RepSent | State::MraRepRcvd
+                )
                 && c.remote_comm_id == rej.local_comm_id
                 && c.peer.ip() == from.ip())
             .then_some(id)
@@ -180,6 +180,8 @@ impl Cm {
             c.state,
             State::ReqSent
                 | State::MraReqRcvd
+                | State::ReqRcvd
+                | State::MraReqSent
                 | State::RepSent
                 | State::MraRepRcvd
                 | State::RepRcvd
@@ -286,7 +288,7 @@ impl Cm {
     }
 
     /// Move `id` to TimeWait, reporting the disconnection if `report`.
-    fn enter_timewait(&mut self, now: u64, id: ConnId, report: bool) {
+    pub(super) fn enter_timewait(&mut self, now: u64, id: ConnId, report: bool) {
         let lifetime = timeout_nanos(self.packet_lifetime);
         let Some(c) = self.conns.get_mut(&id) else {
             return;
@@ -329,7 +331,10 @@ impl Cm {
             }
             if c.answer_by.is_some_and(|t| t <= now) {
                 c.answer_by = None;
-                if matches!(c.state, State::ReqRcvd | State::MraReqSent) {
+                if matches!(
+                    c.state,
+                    State::ReqRcvd | State::MraReqSent | State::SidrReqRcvd
+                ) {
                     tracing::debug!(id, "REQ left unanswered past the requester's patience");
                     self.conns.remove(&id);
                     self.events.push_back(CmEvent::Unreachable { id });

@@ -26,12 +26,19 @@
 //!   already gone is answered by a DREP.
 //! - After a disconnection the connection waits in TimeWait before its
 //!   communication ID and the peer's QP are forgotten.
+//! - A consumer that goes away ([`Cm::destroy`]) leaves what Linux's CM
+//!   leaves: a REJ where a handshake was under way (reason 4, timeout,
+//!   from the requester), a DREQ where connected.
+//! - Service ID resolution (SIDR) gives UD consumers the QP and Q_Key
+//!   that serve a service ([`Cm::resolve`], [`Cm::answer_resolve`]).
 
 mod conn;
 mod handle;
 mod ops;
+mod sidr;
 
 pub use ops::{CmOp, CM_WIRE_MAX};
+pub use sidr::ResolveParams;
 
 use crate::error::{Error, Result};
 use crate::verbs::Gid;
@@ -40,12 +47,15 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use urdma_wire::cm::{
-    CmMad, CmMessage, Dreq, PathInfo, Rej, Rtu, DREQ_PRIVATE_LEN, REJ_PRIVATE_LEN, RTU_PRIVATE_LEN,
+    CmMad, CmMessage, Dreq, PathInfo, Rej, Rtu, DREQ_PRIVATE_LEN, REJ_ARI_LEN, REJ_PRIVATE_LEN,
+    RTU_PRIVATE_LEN,
 };
 
 pub use urdma_wire::cm::timeout_nanos;
 pub use urdma_wire::cm::{
-    msg_ref, rej_reason, CmaHeader, Rep, Req, REP_PRIVATE_LEN, REQ_PRIVATE_LEN,
+    msg_ref, rej_reason, CmaHeader, Rep, Req, SidrRep, SidrReq, REP_PRIVATE_LEN, REQ_PRIVATE_LEN,
+    SIDR_REP_PRIVATE_LEN, SIDR_REQ_PRIVATE_LEN, SIDR_STATUS_REJECT, SIDR_STATUS_UNSUPPORTED,
+    SIDR_STATUS_VALID,
 };
 
 /// A connection's local communication ID: the consumer's handle for it.
@@ -200,6 +210,24 @@ pub enum CmEvent {
         /// The connection.
         id: ConnId,
     },
+    /// A SIDR_REQ for a service this CM listens on: answer `id` with
+    /// [`Cm::answer_resolve`] or refuse it with [`Cm::reject`].
+    ServiceRequest {
+        /// The request.
+        id: ConnId,
+        /// Where it came from.
+        peer: SocketAddr,
+        /// The SIDR_REQ.
+        req: Box<SidrReq>,
+    },
+    /// The SIDR_REP for a resolution: its status says whether the QP and
+    /// Q_Key are valid. The request is gone.
+    ServiceReply {
+        /// The request.
+        id: ConnId,
+        /// The SIDR_REP.
+        rep: Box<SidrRep>,
+    },
 }
 
 /// A MAD to send to a peer's QP 1.
@@ -257,7 +285,7 @@ impl Cm {
 
     /// Whether `mad` is for this CM: a REQ for a service it listens on, or
     /// a repeat of a REQ it took, or a message naming one of its
-    /// connections. SIDR is not served here.
+    /// connections (SIDR alike).
     pub fn claims(&self, mad: &CmMad) -> bool {
         let ours = |id: u32| self.conns.contains_key(&id);
         let theirs = |id: u32, guid: Option<u64>| {
@@ -281,7 +309,13 @@ impl Cm {
             CmMessage::Rtu(m) => ours(m.remote_comm_id),
             CmMessage::Dreq(m) => ours(m.remote_comm_id),
             CmMessage::Drep(m) => ours(m.remote_comm_id),
-            CmMessage::SidrReq(_) | CmMessage::SidrRep(_) => false,
+            CmMessage::SidrReq(r) => {
+                self.listeners.contains(&r.service_id) || self.sidr_duplicate(r.request_id)
+            }
+            CmMessage::SidrRep(m) => self
+                .conns
+                .get(&m.request_id)
+                .is_some_and(|c| c.state == State::SidrReqSent),
         }
     }
 
@@ -381,6 +415,7 @@ impl Cm {
         let timeout = self.response_ns(p.response_timeout);
         let mut c = Conn::new(Role::Active, p.peer, p.qpn & urdma_wire::QPN_MASK);
         c.state = State::ReqSent;
+        c.req_tid = tid;
         c.response_timeout = p.response_timeout.min(31);
         c.max_retries = p.max_retries.min(15);
         c.ack_timeout = p.ack_timeout.min(31);
@@ -429,9 +464,13 @@ impl Cm {
         Ok(())
     }
 
-    /// Reject a REQ (passive side) or a REP (active side) with `reason`;
-    /// the connection is gone.
+    /// Reject a REQ (passive side) or a REP (active side) with `reason`,
+    /// or a SIDR_REQ (a SIDR_REP with status reject); the connection is
+    /// gone.
     pub fn reject(&mut self, id: ConnId, reason: u16, private_data: &[u8]) -> Result<()> {
+        if self.conn_mut(id)?.state == State::SidrReqRcvd {
+            return self.answer_sidr(id, SIDR_STATUS_REJECT, 0, 0, private_data);
+        }
         let private_data = copy_private::<REJ_PRIVATE_LEN>(private_data)?;
         let c = self.conn_mut(id)?;
         let (message_rejected, tid) = match c.state {
@@ -514,10 +553,55 @@ impl Cm {
         Ok(())
     }
 
-    /// Forget a connection at once (its consumer went away): no message
-    /// is sent, and a REQ from its peer's QP is not taken as stale.
-    pub fn destroy(&mut self, id: ConnId) -> bool {
-        self.conns.remove(&id).is_some()
+    /// The consumer of `id` went away: end what it left as Linux's CM
+    /// does. A REQ it sent is withdrawn (REJ reason 4, timeout, with the
+    /// CA GUID); a REQ or REP it was answering, or a REP it sent, is
+    /// rejected (reason 28); a SIDR_REQ it was answering gets a SIDR_REP
+    /// with status reject; an established connection gets a DREQ. What
+    /// is disconnecting finishes on its own; the consumer hears nothing
+    /// more. False if there is no such connection.
+    pub fn destroy(&mut self, now: u64, id: ConnId) -> bool {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return false;
+        };
+        c.disconnect_reported = true;
+        let (state, peer, tid, remote) = (c.state, c.peer, c.req_tid, c.remote_comm_id);
+        let withdraw = |reason: u16, ari: &[u8]| {
+            let mut a = [0u8; REJ_ARI_LEN];
+            a[..ari.len()].copy_from_slice(ari);
+            Rej {
+                local_comm_id: id,
+                remote_comm_id: remote,
+                message_rejected: msg_ref::OTHER,
+                rejected_info_length: ari.len() as u8,
+                reason,
+                ari: a,
+                private_data: [0; REJ_PRIVATE_LEN],
+            }
+        };
+        match state {
+            State::ReqSent | State::MraReqRcvd => {
+                let rej = withdraw(rej_reason::TIMEOUT, &self.guid.to_be_bytes());
+                self.conns.remove(&id);
+                self.send(peer, tid, CmMessage::Rej(rej));
+            }
+            State::RepSent | State::MraRepRcvd => {
+                let rej = withdraw(rej_reason::CONSUMER_DEFINED, &[]);
+                self.send(peer, tid, CmMessage::Rej(rej));
+                self.enter_timewait(now, id, false);
+            }
+            State::ReqRcvd | State::MraReqSent | State::RepRcvd | State::SidrReqRcvd => {
+                let _ = self.reject(id, rej_reason::CONSUMER_DEFINED, &[]);
+            }
+            State::Established => {
+                let _ = self.disconnect(now, id, &[]);
+            }
+            State::SidrReqSent => {
+                self.conns.remove(&id);
+            }
+            State::DreqSent | State::TimeWait => {}
+        }
+        true
     }
 
     /// The MADs to send, oldest first.

@@ -1,7 +1,7 @@
 //! The consumer's calls on a CM as one value ([`CmOp`]), which drivers
 //! send to the NIC, and the events' form on the way back.
 
-use super::{AcceptParams, Cm, CmEvent, ConnId, ConnectParams};
+use super::{AcceptParams, Cm, CmEvent, ConnId, ConnectParams, ResolveParams};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -57,10 +57,23 @@ pub enum CmOp {
         /// Private data.
         private_data: Vec<u8>,
     },
-    /// Forget a connection ([`Cm::destroy`]).
+    /// End what a consumer that went away left ([`Cm::destroy`]).
     Destroy {
         /// The connection.
         id: ConnId,
+    },
+    /// Send a SIDR_REQ ([`Cm::resolve`]); answers the request's ID.
+    Resolve(ResolveParams),
+    /// Answer a SIDR_REQ with the serving QP ([`Cm::answer_resolve`]).
+    AnswerResolve {
+        /// The request.
+        id: ConnId,
+        /// The serving QP.
+        qpn: u32,
+        /// Its Q_Key.
+        qkey: u32,
+        /// Private data (at most 136 bytes).
+        private_data: Vec<u8>,
     },
 }
 
@@ -73,14 +86,18 @@ impl CmOp {
             | CmOp::ReadyToUse { id, .. }
             | CmOp::Established { id }
             | CmOp::Disconnect { id, .. }
-            | CmOp::Destroy { id } => Some(*id),
-            CmOp::Listen { .. } | CmOp::Unlisten { .. } | CmOp::Connect(_) => None,
+            | CmOp::Destroy { id }
+            | CmOp::AnswerResolve { id, .. } => Some(*id),
+            CmOp::Listen { .. } | CmOp::Unlisten { .. } | CmOp::Connect(_) | CmOp::Resolve(_) => {
+                None
+            }
         }
     }
 }
 
 impl Cm {
-    /// Carry out `op` at `now`; a connect answers the new connection's ID.
+    /// Carry out `op` at `now`; a connect or a resolve answers the new
+    /// connection's or request's ID.
     pub fn apply(&mut self, now: u64, op: CmOp) -> Result<Option<ConnId>> {
         match op {
             CmOp::Listen { service_id } => self.listen(service_id).map(|()| None),
@@ -102,10 +119,19 @@ impl Cm {
             CmOp::Disconnect { id, private_data } => {
                 self.disconnect(now, id, &private_data).map(|()| None)
             }
-            CmOp::Destroy { id } => match self.destroy(id) {
+            CmOp::Destroy { id } => match self.destroy(now, id) {
                 true => Ok(None),
                 false => Err(Error::NotFound(format!("connection {id:#x}"))),
             },
+            CmOp::Resolve(p) => self.resolve(now, &p).map(Some),
+            CmOp::AnswerResolve {
+                id,
+                qpn,
+                qkey,
+                private_data,
+            } => self
+                .answer_resolve(id, qpn, qkey, &private_data)
+                .map(|()| None),
         }
     }
 }
@@ -120,7 +146,9 @@ impl CmEvent {
             | CmEvent::Rejected { id, .. }
             | CmEvent::Unreachable { id }
             | CmEvent::Disconnected { id }
-            | CmEvent::TimewaitExit { id } => *id,
+            | CmEvent::TimewaitExit { id }
+            | CmEvent::ServiceRequest { id, .. }
+            | CmEvent::ServiceReply { id, .. } => *id,
         }
     }
 }
@@ -169,6 +197,15 @@ impl From<CmEvent> for CmEventRepr {
             CmEvent::Unreachable { id } => plain(4, id),
             CmEvent::Disconnected { id } => plain(5, id),
             CmEvent::TimewaitExit { id } => plain(6, id),
+            CmEvent::ServiceRequest { id, peer, req } => CmEventRepr {
+                peer: Some(peer),
+                data: mad(CmMessage::SidrReq(*req)),
+                ..plain(7, id)
+            },
+            CmEvent::ServiceReply { id, rep } => CmEventRepr {
+                data: mad(CmMessage::SidrRep(*rep)),
+                ..plain(8, id)
+            },
         }
     }
 }
@@ -208,6 +245,21 @@ impl TryFrom<CmEventRepr> for CmEvent {
             4 => CmEvent::Unreachable { id },
             5 => CmEvent::Disconnected { id },
             6 => CmEvent::TimewaitExit { id },
+            7 => match (msg()?, r.peer) {
+                (CmMessage::SidrReq(req), Some(peer)) => CmEvent::ServiceRequest {
+                    id,
+                    peer,
+                    req: Box::new(req),
+                },
+                _ => return Err("a service request carries a SIDR_REQ and a peer".into()),
+            },
+            8 => match msg()? {
+                CmMessage::SidrRep(rep) => CmEvent::ServiceReply {
+                    id,
+                    rep: Box::new(rep),
+                },
+                _ => return Err("a service reply carries a SIDR_REP".into()),
+            },
             k => return Err(format!("unknown CM event kind {k}")),
         })
     }

@@ -443,3 +443,5 @@ fn repeated_mras_keep_holding_the_requester() {
     assert_eq!(a.state(ida), Some("MRA_REQ_RCVD"));
     drop(b);
 }
+
+mod ends;

@@ -92,10 +92,13 @@ impl CmRoutes {
     /// Deliver an event to its session.
     pub fn route(&mut self, ev: CmEvent) {
         let id = ev.id();
-        if let CmEvent::ConnectRequest { req, .. } = &ev {
-            if let Some(owner) = self.listeners.get(&req.service_id).cloned() {
-                self.conns.insert(id, owner);
-            }
+        let requested = match &ev {
+            CmEvent::ConnectRequest { req, .. } => Some(req.service_id),
+            CmEvent::ServiceRequest { req, .. } => Some(req.service_id),
+            _ => None,
+        };
+        if let Some(owner) = requested.and_then(|s| self.listeners.get(&s).cloned()) {
+            self.conns.insert(id, owner);
         }
         let Some((_, sink)) = self.conns.get(&id) else {
             if self.unclaimed.len() >= MAX_UNCLAIMED {
@@ -110,7 +113,10 @@ impl CmRoutes {
         // The CM forgot the connection: so do the routes.
         if matches!(
             ev,
-            CmEvent::Rejected { .. } | CmEvent::Unreachable { .. } | CmEvent::TimewaitExit { .. }
+            CmEvent::Rejected { .. }
+                | CmEvent::Unreachable { .. }
+                | CmEvent::TimewaitExit { .. }
+                | CmEvent::ServiceReply { .. }
         ) {
             self.conns.remove(&id);
         }

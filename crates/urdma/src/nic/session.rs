@@ -457,6 +457,9 @@ impl Session {
             CmOp::Accept { params, .. } => {
                 self.qp(params.qpn)?;
             }
+            CmOp::AnswerResolve { qpn, .. } => {
+                self.qp(*qpn)?;
+            }
             _ => {}
         }
         let routes = || dev.cm_routes.lock().unwrap_or_else(|e| e.into_inner());
@@ -490,7 +493,9 @@ impl Session {
             }
             op => {
                 let gone = match &op {
-                    CmOp::Reject { id, .. } | CmOp::Destroy { id } => Some(*id),
+                    CmOp::Reject { id, .. }
+                    | CmOp::Destroy { id }
+                    | CmOp::AnswerResolve { id, .. } => Some(*id),
                     _ => None,
                 };
                 let r = dev.driver.cm(op)?;
@@ -513,8 +518,8 @@ impl Session {
         let dev = self.device.take()?;
         let d = &dev.driver;
         // The CM stops listening first, so that no request comes in for
-        // nobody; then connections end as on a host whose program died: a
-        // DREQ where one is due, silence otherwise.
+        // nobody; then connections end as on a host whose program died:
+        // a REJ where a handshake was under way, a DREQ where connected.
         let routes = || dev.cm_routes.lock().unwrap_or_else(|e| e.into_inner());
         let services = routes().services_of(self.id);
         for service_id in services {
@@ -522,13 +527,7 @@ impl Session {
         }
         let conns = routes().release(self.id);
         for id in conns {
-            let dreq = CmOp::Disconnect {
-                id,
-                private_data: Vec::new(),
-            };
-            if d.cm(dreq).is_err() {
-                let _ = d.cm(CmOp::Destroy { id });
-            }
+            let _ = d.cm(CmOp::Destroy { id });
         }
         for cap in self.captures.drain(..) {
             d.detach_capture(&cap);
