@@ -4,7 +4,10 @@
 # over Soft-RoCE. rxe is in the root namespace at one end of a veth, urdma
 # in a namespace of its own at the other; each program runs with urdma as
 # server and rxe as client, then the other way round: rping, ucmatose
-# (4 connections) and ib_write_bw -R.
+# (4 connections), udaddy (UD through SIDR) and ib_write_bw -R. Then a
+# listener killed between REQ and REP, each side in turn: the server is
+# stopped before the client's REQ comes and killed while it holds it; its
+# CM rejects the request (REJ 28) and the client hears REJECTED 28.
 #
 # Prints "ok - rdmacm: NAME" / "FAIL - rdmacm: NAME" per check.
 # Environment: URDMA (the urdma binary), CM_TIMEOUT (seconds per program,
@@ -26,6 +29,7 @@ fail() { echo "FAIL - rdmacm: $*"; }
 cleanup() {
   pkill -9 -x rping 2>/dev/null
   pkill -9 -x ucmatose 2>/dev/null
+  pkill -9 -x udaddy 2>/dev/null
   pkill -9 -x ib_write_bw 2>/dev/null
   rxe_veth_down
   rm -rf "$W"
@@ -43,16 +47,18 @@ ON_RXE=(timeout -k 5 "$T")
 # connects to it, first urdma
 # serving and rxe connecting, then the other way round. {ip} in a command
 # is the server's address, {port} the port.
+# PORT "=N" is N both ways (a program with a fixed port).
 both() {
-  local name=$1 expect=$2 port=$3
+  local name=$1 expect=$2 port=$3 step=1
   shift 3
+  case $port in =*) port=${port#=}; step=0 ;; esac
   local server=() client=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do server+=("$1"); shift; done
   shift
   client=("$@")
   local dir srv_ip spid crc src s c
   for dir in urdma-serves rxe-serves; do
-    port=$((port + 1))
+    port=$((port + step))
     case $dir in urdma-serves) srv_ip=$IP_U ;; *) srv_ip=$IP_R ;; esac
     s=(); for a in "${server[@]}"; do a=${a//\{ip\}/$srv_ip}; s+=("${a//\{port\}/$port}"); done
     c=(); for a in "${client[@]}"; do a=${a//\{ip\}/$srv_ip}; c+=("${a//\{port\}/$port}"); done
@@ -92,3 +98,52 @@ both ucmatose "data transfers complete" 7610 \
   ucmatose -b {ip} -p {port} -c 4 -- ucmatose -s {ip} -p {port} -c 4
 both ib_write_bw_cm '^ *65536 +1000 +[0-9.]+ +[0-9.]+' 7620 \
   ib_write_bw -R -p {port} -n 1000 -- ib_write_bw -R -p {port} -n 1000 {ip}
+both udaddy "data transfers complete" =7174 \
+  udaddy -b {ip} -C 10 -- udaddy -s {ip} -C 10
+
+# killed_listener PORT: rping's server stopped, the client's REQ held, the
+# server killed; the client must hear REJECTED 28, well before the CM's
+# retries would end (about a minute).
+killed_listener() {
+  local port=$1 dir srv_ip rpid cpid crc t0 took
+  for dir in urdma-serves rxe-serves; do
+    port=$((port + 1))
+    if [ $dir = urdma-serves ]; then
+      srv_ip=$IP_U
+      # In a subshell: the shell reports no job killed by a signal.
+      ("${ON_URDMA[@]}" rping -s -a $srv_ip -p $port >"$W/killed.s" 2>&1) 2>/dev/null &
+      urdma_device_up || echo "    # killed listener: the urdma device did not come up"
+      sleep 1
+    else
+      srv_ip=$IP_R
+      ("${ON_RXE[@]}" rping -s -a $srv_ip -p $port >"$W/killed.s" 2>&1) 2>/dev/null &
+      rxe_listening "$port" || echo "    # killed listener: rxe did not show as listening on $port"
+    fi
+    rpid=$(pgrep -x -f "rping -s -a $srv_ip -p $port" | head -1)
+    if [ -z "$rpid" ]; then
+      fail "listener killed between REQ and REP, $dir: no server"
+      continue
+    fi
+    kill -STOP "$rpid"
+    t0=$SECONDS
+    if [ $dir = urdma-serves ]; then
+      "${ON_RXE[@]}" rping -c -a $srv_ip -p $port -C 1 -v >"$W/killed.c" 2>&1 &
+    else
+      "${ON_URDMA[@]}" rping -c -a $srv_ip -p $port -C 1 -v >"$W/killed.c" 2>&1 &
+    fi
+    cpid=$!
+    sleep 3
+    kill -KILL "$rpid"
+    wait "$cpid"
+    crc=$?
+    took=$((SECONDS - t0))
+    wait 2>/dev/null
+    if [ $crc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 28" "$W/killed.c" && [ $took -lt 30 ]; then
+      ok "listener killed between REQ and REP, $dir: REJECTED 28 after ${took}s"
+    else
+      fail "listener killed between REQ and REP, $dir: client status $crc after ${took}s"
+      show "$W/killed.s" "$W/killed.c"
+    fi
+  done
+}
+killed_listener 7630
