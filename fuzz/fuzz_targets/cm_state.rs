@@ -1,7 +1,8 @@
 //! Fuzz the communication manager's state machine: any sequence of
 //! arriving MADs (well-formed ones built from the input, so that they
 //! name live connections and SIDR requests), consumer calls and timer runs is taken without
-//! a panic, and every MAD the CM sends parses back to itself.
+//! a panic, every MAD the CM sends parses back to itself, and a
+//! connection whose consumer went away (a destroy) reports nothing more.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -43,7 +44,16 @@ fuzz_target!(|data: &[u8]| {
     let mut now = 0u64;
     // Connection IDs the CM handed out or reported, to aim at.
     let mut ids: Vec<u32> = vec![0];
+    // Connections destroyed: they must report no event.
+    let mut gone: std::collections::HashSet<u32> = Default::default();
     while let Some(tag) = input.u8() {
+        // Events so far, before this step can destroy their connection.
+        for ev in cm.take_events() {
+            assert!(!gone.contains(&ev.id()), "{ev:?} after a destroy");
+            if let CmEvent::ConnectRequest { id, .. } | CmEvent::ServiceRequest { id, .. } = ev {
+                ids.push(id);
+            }
+        }
         let pick = |i: Option<u8>, ids: &[u32]| ids[i.unwrap_or(0) as usize % ids.len()];
         let id = pick(input.u8(), &ids);
         let other = input.u32().unwrap_or(0);
@@ -147,8 +157,14 @@ fuzz_target!(|data: &[u8]| {
                         continue;
                     }
                 };
-                if let Ok(Some(new)) = cm.apply(now, op) {
-                    ids.push(new);
+                let destroyed = match op {
+                    CmOp::Destroy { id } => Some(id),
+                    _ => None,
+                };
+                match cm.apply(now, op) {
+                    Ok(Some(new)) => ids.push(new),
+                    Ok(None) => gone.extend(destroyed),
+                    Err(_) => {}
                 }
                 continue;
             }
@@ -161,11 +177,6 @@ fuzz_target!(|data: &[u8]| {
         for o in cm.drain_tx() {
             let bytes = o.mad.emit();
             assert_eq!(CmMad::parse(&bytes).as_ref(), Ok(&o.mad));
-        }
-        for ev in cm.take_events() {
-            if let CmEvent::ConnectRequest { id, .. } | CmEvent::ServiceRequest { id, .. } = ev {
-                ids.push(id);
-            }
         }
     }
 });

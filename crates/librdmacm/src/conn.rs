@@ -142,6 +142,9 @@ pub fn connect(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Result<(),
         if s.conn.is_some() {
             return Err(libc::EISCONN);
         }
+        if s.phase != Phase::Idle {
+            return Err(libc::EINVAL);
+        }
         let (tos, ack_timeout) = (s.tos, s.ack_timeout);
         // SAFETY: id is live.
         let (ps, qp_type) = unsafe { ((*id).ps, (*id).qp_type) };
@@ -447,7 +450,12 @@ pub fn on_event(st: &mut Locked, dev: usize, ev: CmEvent) {
             st.push(id, b);
         }
         CmEvent::Unreachable { .. } => {
-            crate::qp::to_error(idp);
+            // A UD QP is connectionless: it stays usable, as rdma_cm
+            // leaves it.
+            // SAFETY: id is live (in the table).
+            if unsafe { (*idp).qp_type } != IBV_QPT_UD {
+                crate::qp::to_error(idp);
+            }
             ended(st);
             st.push(id, event(id, RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT));
         }
@@ -466,18 +474,19 @@ pub fn on_event(st: &mut Locked, dev: usize, ev: CmEvent) {
 }
 
 /// A new ID for request `conn` of device `dev` for `service_id` from
-/// `peer`, on its listener's channel (its own channel when the listener
-/// is synchronous), in phase `ReqReceived`, with the addresses that
-/// rdma_cm's header at the start of `private` names. Answers the ID, the
-/// listener and the user's part of `private`; refuses the request (a REJ,
-/// or a SIDR_REP with status reject) when there is no listener or no
-/// memory.
+/// `peer` for a QP of type `qp_type`, on its listener's channel (its own
+/// channel when the listener is synchronous), in phase `ReqReceived`,
+/// with the addresses that rdma_cm's header at the start of `private`
+/// names. Answers the ID, the listener and the user's part of `private`;
+/// refuses the request (a REJ, or a SIDR_REP with status reject) when
+/// there is no listener, the listener's IDs are of another QP type, or
+/// there is no memory.
 pub(crate) fn request_id<'p>(
     st: &mut Locked,
     dev: usize,
     conn: u32,
     peer: SocketAddr,
-    service_id: u64,
+    (service_id, want): (u64, u32),
     private: &'p [u8],
 ) -> Option<(*mut rdma_cm_id, *mut rdma_cm_id, &'p [u8])> {
     let ctx = st.devs[dev].ctx;
@@ -498,6 +507,9 @@ pub(crate) fn request_id<'p>(
     // SAFETY: listeners in the table are live IDs.
     let (ps, qp_type, context, channel) =
         unsafe { ((*lp).ps, (*lp).qp_type, (*lp).context, (*lp).channel) };
+    if qp_type != want {
+        return refuse("the listener's IDs are of another QP type");
+    }
     let sync = st.ids.get(&listen).is_some_and(|s| s.sync);
     let ch = match sync {
         true => std::ptr::null_mut(),
@@ -517,7 +529,8 @@ pub(crate) fn request_id<'p>(
     let addressed = crate::addr::set_src(st, child, src, Some(dev))
         .and_then(|()| crate::addr::set_dst(st, child, dst, peer.ip()));
     if addressed.is_err() {
-        return refuse("no ID");
+        crate::id::forget(st, child as usize);
+        return refuse("no address");
     }
     if let Some(s) = st.ids.get_mut(&(child as usize)) {
         s.conn = Some(conn);
@@ -533,9 +546,18 @@ pub(crate) fn request_id<'p>(
 
 /// A REQ for a listener: a new ID and CONNECT_REQUEST.
 fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &Req) {
-    let Some((child, lp, user)) =
-        request_id(st, dev, conn, peer, req.service_id, &req.private_data)
-    else {
+    let qp_type = match req.transport {
+        1 => IBV_QPT_UC,
+        _ => IBV_QPT_RC,
+    };
+    let Some((child, lp, user)) = request_id(
+        st,
+        dev,
+        conn,
+        peer,
+        (req.service_id, qp_type),
+        &req.private_data,
+    ) else {
         return;
     };
     let d = &st.devs[dev];

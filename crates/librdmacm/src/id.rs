@@ -154,7 +154,7 @@ pub fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
 
 /// Free the ID `id` with its unread events, ending what it holds in the
 /// CM: its listeners, and its connection.
-fn forget(st: &mut Locked, id: usize) {
+pub(crate) fn forget(st: &mut Locked, id: usize) {
     st.drop_queued(id);
     let Some(s) = st.ids.remove(&id) else {
         return;

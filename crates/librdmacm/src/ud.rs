@@ -5,7 +5,8 @@
 //! Q_Key) or `rdma_reject`, and the requester hears ESTABLISHED with what
 //! it needs to send to that QP: address handle attributes, QP number and
 //! Q_Key. A refused request is UNREACHABLE with the SIDR_REP's status; an
-//! unanswered one is UNREACHABLE with `-ETIMEDOUT`.
+//! unanswered one is UNREACHABLE with `-ETIMEDOUT`; an answer with
+//! another Q_Key than rdma_cm's is ADDR_ERROR with `-EINVAL`.
 
 use crate::state::{event, Locked, Phase};
 use crate::sys::*;
@@ -75,9 +76,14 @@ pub fn accept(st: &mut Locked, id: *mut rdma_cm_id, qpn: u32, private: Vec<u8>) 
 /// A SIDR_REQ for a listener: a new ID and CONNECT_REQUEST carrying the
 /// user's private data.
 pub fn on_request(st: &mut Locked, dev: usize, conn: u32, peer: SocketAddr, req: &SidrReq) {
-    let Some((child, lp, user)) =
-        crate::conn::request_id(st, dev, conn, peer, req.service_id, &req.private_data)
-    else {
+    let Some((child, lp, user)) = crate::conn::request_id(
+        st,
+        dev,
+        conn,
+        peer,
+        (req.service_id, IBV_QPT_UD),
+        &req.private_data,
+    ) else {
         return;
     };
     let mut b = event(child as usize, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
@@ -98,6 +104,10 @@ pub fn on_reply(st: &mut Locked, id: usize, rep: &SidrRep) {
         return st.push(id, b);
     }
     s.phase = Phase::Resolved;
+    if rep.qkey != RDMA_UDP_QKEY {
+        // rdma_cm's UDP port space has one Q_Key.
+        return st.push(id, event(id, RDMA_CM_EVENT_ADDR_ERROR, -libc::EINVAL));
+    }
     let (dst, tos) = (s.dst, s.tos);
     let Some(dst) = dst else {
         return;

@@ -7,7 +7,8 @@
 # (4 connections), udaddy (UD through SIDR) and ib_write_bw -R. Then a
 # listener killed between REQ and REP, each side in turn: the server is
 # stopped before the client's REQ comes and killed while it holds it; its
-# CM rejects the request (REJ 28) and the client hears REJECTED 28.
+# CM rejects the request (REJ 28) and the client hears REJECTED 28. Last,
+# urdma's NIC is killed and restarted under a client of rxe's rping.
 #
 # Prints "ok - rdmacm: NAME" / "FAIL - rdmacm: NAME" per check.
 # Environment: URDMA (the urdma binary), CM_TIMEOUT (seconds per program,
@@ -147,3 +148,33 @@ killed_listener() {
   done
 }
 killed_listener 7630
+
+# restarted_peer PORT: a persistent rping server on rxe; a urdma client
+# connects, its NIC agent is killed (SIGKILL) in the middle of the run
+# and started again at once on the same address by the next program. The
+# new client must connect to the same server: Linux's CM takes its REQ (a
+# new communication ID and QP number, so no stale-connection REJ) and
+# data flows.
+restarted_peer() {
+  local port=$(($1 + 1)) crc alive=no pinged=no
+  ("${ON_RXE[@]}" rping -s -P -a $IP_R -p $port >"$W/restart.s" 2>&1) 2>/dev/null &
+  rxe_listening "$port" || echo "    # restarted peer: rxe did not show as listening on $port"
+  ("${ON_URDMA[@]}" rping -c -a $IP_R -p $port -C 1000000 -v >"$W/restart.c1" 2>&1) 2>/dev/null &
+  sleep 3
+  grep -q "ping data" "$W/restart.c1" && pinged=yes
+  pkill -KILL -f "urdma agent"
+  sleep 1
+  pkill -KILL -x -f "rping -c -a $IP_R -p $port -C 1000000 -v"
+  "${ON_URDMA[@]}" rping -c -a $IP_R -p $port -C 10 -v >"$W/restart.c2" 2>&1
+  crc=$?
+  pgrep -x -f "rping -s -P -a $IP_R -p $port" >/dev/null && alive=yes
+  pkill -KILL -x -f "rping -s -P -a $IP_R -p $port"
+  wait 2>/dev/null
+  if [ $pinged = yes ] && [ $crc = 0 ] && grep -q "ping data: rdma-ping-9" "$W/restart.c2" && [ $alive = yes ]; then
+    ok "urdma's NIC restarted on the same address: it connects again to rxe's server"
+  else
+    fail "urdma's NIC restarted on the same address: first client pinged: $pinged; second: status $crc; server alive: $alive"
+    show "$W/restart.s" "$W/restart.c1" "$W/restart.c2"
+  fi
+}
+restarted_peer 7640

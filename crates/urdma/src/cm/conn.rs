@@ -127,6 +127,9 @@ pub(super) struct Conn {
     pub(super) answer_by: Option<u64>,
     /// The consumer heard of the disconnection.
     pub(super) disconnect_reported: bool,
+    /// The consumer went away ([`super::Cm::destroy`]): it hears nothing
+    /// more of this connection.
+    pub(super) orphaned: bool,
 }
 
 impl Conn {
@@ -152,6 +155,7 @@ impl Conn {
             timewait_until: None,
             answer_by: None,
             disconnect_reported: false,
+            orphaned: false,
         }
     }
 

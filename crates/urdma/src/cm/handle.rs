@@ -16,7 +16,7 @@ impl Cm {
         match &mad.msg {
             CmMessage::Req(m) => self.on_req(now, from, mad.tid, m),
             CmMessage::Mra(m) => self.on_mra(now, m),
-            CmMessage::Rej(m) => self.on_rej(from, m),
+            CmMessage::Rej(m) => self.on_rej(now, from, m),
             CmMessage::Rep(m) => self.on_rep(mad.tid, m),
             CmMessage::Rtu(m) => self.on_rtu(m),
             CmMessage::Dreq(m) => self.on_dreq(now, from, mad.tid, m),
@@ -33,14 +33,14 @@ impl Cm {
     }
 
     fn reject_req(&mut self, to: SocketAddr, tid: u64, local: ConnId, req: &Req, reason: u16) {
-        let rej = Rej {
-            local_comm_id: local,
-            remote_comm_id: req.local_comm_id,
-            message_rejected: msg_ref::REQ,
+        let rej = super::rej(
+            local,
+            req.local_comm_id,
+            msg_ref::REQ,
             reason,
-            private_data: [0; REJ_PRIVATE_LEN],
-            ..Rej::default()
-        };
+            &[],
+            [0; REJ_PRIVATE_LEN],
+        );
         self.send(to, tid, CmMessage::Rej(rej));
     }
 
@@ -84,13 +84,12 @@ impl Cm {
         c.response_timeout = req.local_cm_response_timeout;
         c.max_retries = req.max_cm_retries;
         c.ack_timeout = req.primary.local_ack_timeout;
-        // The requester waits this long per try, for 1 + max_cm_retries
-        // tries; a REQ the consumer leaves unanswered beyond that is gone.
-        let per_try = self.response_ns(req.remote_cm_response_timeout);
-        let tries = u64::from(req.max_cm_retries) + 1;
-        c.answer_by = Some(now.saturating_add(per_try.saturating_mul(tries)));
+        c.answer_by =
+            Some(now.saturating_add(
+                self.patience_ns(req.remote_cm_response_timeout, req.max_cm_retries),
+            ));
         self.conns.insert(id, c);
-        self.events.push_back(CmEvent::ConnectRequest {
+        self.tell(CmEvent::ConnectRequest {
             id,
             peer: from,
             req: Box::new(req.clone()),
@@ -150,52 +149,56 @@ impl Cm {
         }
     }
 
-    fn on_rej(&mut self, from: SocketAddr, rej: &Rej) {
-        // A requester that gives up its REQ before our answer (or before
-        // it heard our REP) does not know our ID yet: it names its own.
-        let withdrawn = self.conns.iter().find_map(|(&id, c)| {
-            (c.role == Role::Passive
-                && matches!(
-                    c.state,
-                    State::ReqRcvd | State::MraReqSent | State::RepSent | State::MraRepRcvd
-                )
-                && c.remote_comm_id == rej.local_comm_id
-                && c.peer.ip() == from.ip())
-            .then_some(id)
-        });
-        if let Some(id) = withdrawn.filter(|_| !self.conns.contains_key(&rej.remote_comm_id)) {
-            self.conns.remove(&id);
-            self.events.push_back(CmEvent::Rejected {
-                id,
-                reason: rej.reason,
-                private_data: rej.private_data.to_vec(),
+    fn on_rej(&mut self, now: u64, from: SocketAddr, rej: &Rej) {
+        // A requester that gives up its REQ before it heard our answer
+        // does not know our ID: it names its own, and a withdrawal for
+        // timeout names its CA GUID.
+        if rej.remote_comm_id == 0 {
+            let guid = (rej.reason == rej_reason::TIMEOUT && rej.rejected_info_length >= 8)
+                .then(|| u64::from_be_bytes(rej.ari[..8].try_into().unwrap_or_default()));
+            let withdrawn = self.conns.iter().find_map(|(&id, c)| {
+                (c.role == Role::Passive
+                    && matches!(
+                        c.state,
+                        State::ReqRcvd | State::MraReqSent | State::RepSent | State::MraRepRcvd
+                    )
+                    && c.remote_comm_id == rej.local_comm_id
+                    && c.peer.ip() == from.ip()
+                    && guid.is_none_or(|g| g == c.remote_guid))
+                .then_some(id)
             });
-            return;
-        }
-        let Some(c) = self.conns.get(&rej.remote_comm_id) else {
-            return;
-        };
-        let ours = c.remote_comm_id == 0 || c.remote_comm_id == rej.local_comm_id;
-        let waiting = matches!(
-            c.state,
-            State::ReqSent
-                | State::MraReqRcvd
-                | State::ReqRcvd
-                | State::MraReqSent
-                | State::RepSent
-                | State::MraRepRcvd
-                | State::RepRcvd
-        );
-        if !ours || !waiting {
+            if let Some(id) = withdrawn {
+                self.end(id, rejected(id, rej));
+            }
             return;
         }
         let id = rej.remote_comm_id;
-        self.conns.remove(&id);
-        self.events.push_back(CmEvent::Rejected {
-            id,
-            reason: rej.reason,
-            private_data: rej.private_data.to_vec(),
-        });
+        let Some(c) = self.conns.get(&id) else {
+            return;
+        };
+        if c.remote_comm_id != 0 && c.remote_comm_id != rej.local_comm_id {
+            return;
+        }
+        match c.state {
+            State::ReqSent
+            | State::MraReqRcvd
+            | State::ReqRcvd
+            | State::MraReqSent
+            | State::RepSent
+            | State::MraRepRcvd
+            | State::RepRcvd => self.end(id, rejected(id, rej)),
+            // The peer went away after the handshake (its REJ crossed our
+            // RTU): the connection ends, its IDs wait in TimeWait, and the
+            // consumer's last word is the reject.
+            State::Established | State::DreqSent => {
+                self.enter_timewait(now, id, false);
+                self.tell(rejected(id, rej));
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.orphaned = true;
+                }
+            }
+            _ => {}
+        }
     }
 
     fn on_rep(&mut self, tid: u64, rep: &Rep) {
@@ -213,7 +216,7 @@ impl Cm {
                 c.remote_qpn = rep.local_qpn;
                 c.remote_guid = rep.local_ca_guid;
                 c.rep_tid = tid;
-                self.events.push_back(CmEvent::ConnectResponse {
+                self.tell(CmEvent::ConnectResponse {
                     id: rep.remote_comm_id,
                     rep: Box::new(rep.clone()),
                 });
@@ -237,7 +240,7 @@ impl Cm {
         {
             c.state = State::Established;
             c.pending = None;
-            self.events.push_back(CmEvent::Established {
+            self.tell(CmEvent::Established {
                 id: rtu.remote_comm_id,
             });
         }
@@ -269,10 +272,15 @@ impl Cm {
                     c.last_drep = Some(mad);
                 }
             }
-            State::TimeWait => {
-                let (peer, mad) = (c.peer, c.last_drep.clone());
-                self.resend(peer, mad);
-            }
+            State::TimeWait => match c.last_drep.clone() {
+                Some(mad) => self.resend(c.peer, Some(mad)),
+                // Ended by a REJ or a destroy: answer so that the peer
+                // stops asking.
+                None => {
+                    let peer = c.peer;
+                    self.send(peer, tid, CmMessage::Drep(drep(id, dreq.local_comm_id)));
+                }
+            },
             _ => {}
         }
     }
@@ -306,7 +314,7 @@ impl Cm {
         if let Some(c) = self.conns.get_mut(&id) {
             if !c.disconnect_reported {
                 c.disconnect_reported = true;
-                self.events.push_back(CmEvent::Disconnected { id });
+                self.tell(CmEvent::Disconnected { id });
             }
         }
     }
@@ -325,8 +333,7 @@ impl Cm {
                 continue;
             };
             if c.timewait_until.is_some_and(|t| t <= now) {
-                self.conns.remove(&id);
-                self.events.push_back(CmEvent::TimewaitExit { id });
+                self.end(id, CmEvent::TimewaitExit { id });
                 continue;
             }
             if c.answer_by.is_some_and(|t| t <= now) {
@@ -335,9 +342,8 @@ impl Cm {
                     c.state,
                     State::ReqRcvd | State::MraReqSent | State::SidrReqRcvd
                 ) {
-                    tracing::debug!(id, "REQ left unanswered past the requester's patience");
-                    self.conns.remove(&id);
-                    self.events.push_back(CmEvent::Unreachable { id });
+                    tracing::debug!(id, "request left unanswered past the requester's patience");
+                    self.end(id, CmEvent::Unreachable { id });
                     continue;
                 }
             }
@@ -356,10 +362,18 @@ impl Cm {
                 State::DreqSent => self.enter_timewait(now, id, true),
                 _ => {
                     tracing::debug!(id, state = c.state.name(), "CM peer did not answer");
-                    self.conns.remove(&id);
-                    self.events.push_back(CmEvent::Unreachable { id });
+                    self.end(id, CmEvent::Unreachable { id });
                 }
             }
         }
+    }
+}
+
+/// The event of a REJ for connection `id`.
+fn rejected(id: ConnId, rej: &Rej) -> CmEvent {
+    CmEvent::Rejected {
+        id,
+        reason: rej.reason,
+        private_data: rej.private_data.to_vec(),
     }
 }

@@ -1,6 +1,6 @@
 //! The communication manager of a device (IBTA Vol 1, chapter 12): the
 //! state machine that sets RC and UC connections up and tears them down
-//! with CM MADs on QP 1.
+//! with CM MADs on QP 1, and resolves service IDs for UD consumers.
 //!
 //! [`Cm`] is deterministic, like the engine: it is fed the consumer's
 //! calls ([`Cm::listen`], [`Cm::connect`], [`Cm::accept`], [`Cm::reject`],
@@ -194,7 +194,9 @@ pub enum CmEvent {
         /// The REJ's private data.
         private_data: Vec<u8>,
     },
-    /// The peer did not answer the REQ or the REP within the retries.
+    /// The peer did not answer the REQ, the REP or the SIDR_REQ within the
+    /// retries, or (passive side) the consumer left a REQ or SIDR_REQ
+    /// unanswered past the requester's patience.
     Unreachable {
         /// The connection.
         id: ConnId,
@@ -255,6 +257,31 @@ pub struct Cm {
     conns: BTreeMap<ConnId, Conn>,
     tx: VecDeque<Outgoing>,
     events: VecDeque<CmEvent>,
+}
+
+/// A REJ from `local` to `remote` of the message `message_rejected`
+/// ([`msg_ref`]) for `reason`, with additional information `ari` (at
+/// most 72 bytes) and private data.
+fn rej(
+    local: ConnId,
+    remote: u32,
+    message_rejected: u8,
+    reason: u16,
+    ari: &[u8],
+    private_data: [u8; REJ_PRIVATE_LEN],
+) -> Rej {
+    let mut info = [0u8; REJ_ARI_LEN];
+    let n = ari.len().min(REJ_ARI_LEN);
+    info[..n].copy_from_slice(&ari[..n]);
+    Rej {
+        local_comm_id: local,
+        remote_comm_id: remote,
+        message_rejected,
+        rejected_info_length: n as u8,
+        reason,
+        ari: info,
+        private_data,
+    }
 }
 
 fn copy_private<const N: usize>(data: &[u8]) -> Result<[u8; N]> {
@@ -360,6 +387,13 @@ impl Cm {
     /// 4.096 µs.
     fn response_ns(&self, code: u8) -> u64 {
         2 * timeout_nanos(self.packet_lifetime) + timeout_nanos(code)
+    }
+
+    /// How long a requester that waits `code` per try, for 1 + `retries`
+    /// tries, keeps asking: a request left unanswered longer is gone.
+    fn patience_ns(&self, code: u8, retries: u8) -> u64 {
+        self.response_ns(code)
+            .saturating_mul(u64::from(retries) + 1)
     }
 
     fn send(&mut self, to: SocketAddr, tid: u64, msg: CmMessage) -> CmMad {
@@ -478,14 +512,14 @@ impl Cm {
             State::RepRcvd => (msg_ref::REP, c.rep_tid),
             _ => return Err(c.wrong_state("reject")),
         };
-        let rej = Rej {
-            local_comm_id: id,
-            remote_comm_id: c.remote_comm_id,
+        let rej = rej(
+            id,
+            c.remote_comm_id,
             message_rejected,
             reason,
+            &[],
             private_data,
-            ..Rej::default()
-        };
+        );
         let peer = c.peer;
         self.conns.remove(&id);
         self.send(peer, tid, CmMessage::Rej(rej));
@@ -511,7 +545,7 @@ impl Cm {
         if let Some(c) = self.conns.get_mut(&id) {
             c.last_rtu = Some(mad);
         }
-        self.events.push_back(CmEvent::Established { id });
+        self.tell(CmEvent::Established { id });
         Ok(())
     }
 
@@ -524,7 +558,7 @@ impl Cm {
         }
         c.state = State::Established;
         c.pending = None;
-        self.events.push_back(CmEvent::Established { id });
+        self.tell(CmEvent::Established { id });
         Ok(())
     }
 
@@ -557,51 +591,75 @@ impl Cm {
     /// does. A REQ it sent is withdrawn (REJ reason 4, timeout, with the
     /// CA GUID); a REQ or REP it was answering, or a REP it sent, is
     /// rejected (reason 28); a SIDR_REQ it was answering gets a SIDR_REP
-    /// with status reject; an established connection gets a DREQ. What
-    /// is disconnecting finishes on its own; the consumer hears nothing
-    /// more. False if there is no such connection.
+    /// with status reject; an established connection gets a DREQ. The
+    /// IDs of a connection that was set up then wait in TimeWait; the
+    /// consumer hears nothing more. False if there is no such connection.
     pub fn destroy(&mut self, now: u64, id: ConnId) -> bool {
         let Some(c) = self.conns.get_mut(&id) else {
             return false;
         };
-        c.disconnect_reported = true;
+        c.orphaned = true;
         let (state, peer, tid, remote) = (c.state, c.peer, c.req_tid, c.remote_comm_id);
-        let withdraw = |reason: u16, ari: &[u8]| {
-            let mut a = [0u8; REJ_ARI_LEN];
-            a[..ari.len()].copy_from_slice(ari);
-            Rej {
-                local_comm_id: id,
-                remote_comm_id: remote,
-                message_rejected: msg_ref::OTHER,
-                rejected_info_length: ari.len() as u8,
-                reason,
-                ari: a,
-                private_data: [0; REJ_PRIVATE_LEN],
-            }
-        };
         match state {
             State::ReqSent | State::MraReqRcvd => {
-                let rej = withdraw(rej_reason::TIMEOUT, &self.guid.to_be_bytes());
+                let guid = self.guid.to_be_bytes();
+                let rej = rej(
+                    id,
+                    remote,
+                    msg_ref::OTHER,
+                    rej_reason::TIMEOUT,
+                    &guid,
+                    [0; REJ_PRIVATE_LEN],
+                );
                 self.conns.remove(&id);
                 self.send(peer, tid, CmMessage::Rej(rej));
             }
             State::RepSent | State::MraRepRcvd => {
-                let rej = withdraw(rej_reason::CONSUMER_DEFINED, &[]);
+                let rej = rej(
+                    id,
+                    remote,
+                    msg_ref::OTHER,
+                    rej_reason::CONSUMER_DEFINED,
+                    &[],
+                    [0; REJ_PRIVATE_LEN],
+                );
                 self.send(peer, tid, CmMessage::Rej(rej));
                 self.enter_timewait(now, id, false);
             }
             State::ReqRcvd | State::MraReqSent | State::RepRcvd | State::SidrReqRcvd => {
                 let _ = self.reject(id, rej_reason::CONSUMER_DEFINED, &[]);
             }
-            State::Established => {
-                let _ = self.disconnect(now, id, &[]);
+            State::Established | State::DreqSent => {
+                if state == State::Established {
+                    let _ = self.disconnect(now, id, &[]);
+                }
+                // Linux's CM does not wait for the DREP of a destroyed ID.
+                self.enter_timewait(now, id, false);
             }
             State::SidrReqSent => {
                 self.conns.remove(&id);
             }
-            State::DreqSent | State::TimeWait => {}
+            State::TimeWait => {}
         }
         true
+    }
+
+    /// Queue `ev` for the consumer of its connection, unless the consumer
+    /// went away.
+    pub(super) fn tell(&mut self, ev: CmEvent) {
+        if !self.conns.get(&ev.id()).is_some_and(|c| c.orphaned) {
+            self.events.push_back(ev);
+        }
+    }
+
+    /// Forget connection `id`, telling its consumer `ev` (unless it went
+    /// away).
+    pub(super) fn end(&mut self, id: ConnId, ev: CmEvent) {
+        if let Some(c) = self.conns.remove(&id) {
+            if !c.orphaned {
+                self.events.push_back(ev);
+            }
+        }
     }
 
     /// The MADs to send, oldest first.

@@ -29,7 +29,7 @@ pub enum CmOp {
         /// The REP's values.
         params: AcceptParams,
     },
-    /// Reject a REQ or a REP ([`Cm::reject`]).
+    /// Reject a REQ or a REP, or refuse a SIDR_REQ ([`Cm::reject`]).
     Reject {
         /// The connection.
         id: ConnId,

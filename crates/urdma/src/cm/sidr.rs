@@ -154,13 +154,13 @@ impl Cm {
         c.remote_comm_id = req.request_id;
         c.req_tid = tid;
         c.service_id = req.service_id;
-        // Linux's requester gives up after 16 tries of about 4 s: an
-        // unanswered request is forgotten after that.
-        let per_try = self.response_ns(DEFAULT_RESPONSE_TIMEOUT);
-        let tries = u64::from(DEFAULT_MAX_RETRIES) + 1;
-        c.answer_by = Some(now.saturating_add(per_try.saturating_mul(tries)));
+        // A SIDR_REQ does not say how long its requester waits: Linux's
+        // gives up after 16 tries of about 4 s.
+        c.answer_by = Some(
+            now.saturating_add(self.patience_ns(DEFAULT_RESPONSE_TIMEOUT, DEFAULT_MAX_RETRIES)),
+        );
         self.conns.insert(id, c);
-        self.events.push_back(CmEvent::ServiceRequest {
+        self.tell(CmEvent::ServiceRequest {
             id,
             peer: from,
             req: Box::new(req.clone()),
@@ -176,10 +176,12 @@ impl Cm {
         if !waiting {
             return;
         }
-        self.conns.remove(&id);
-        self.events.push_back(CmEvent::ServiceReply {
+        self.end(
             id,
-            rep: Box::new(rep.clone()),
-        });
+            CmEvent::ServiceReply {
+                id,
+                rep: Box::new(rep.clone()),
+            },
+        );
     }
 }

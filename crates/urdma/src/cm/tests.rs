@@ -60,6 +60,15 @@ fn request(c: &mut Cm) -> ConnId {
     }
 }
 
+/// a (QP 0x11) sends a REQ that b, listening, reports; returns (a's id,
+/// b's id).
+fn requested(a: &mut Cm, b: &mut Cm) -> (ConnId, ConnId) {
+    b.listen(SERVICE).unwrap();
+    let ida = a.connect(0, &params(0x11)).unwrap();
+    deliver(0, a, A, b, all);
+    (ida, request(b))
+}
+
 /// Connect a (QP 0x11) to b (QP 0x22); returns (a's id, b's id).
 fn establish(a: &mut Cm, b: &mut Cm) -> (ConnId, ConnId) {
     b.listen(SERVICE).unwrap();
@@ -200,10 +209,7 @@ fn a_duplicate_req_while_the_consumer_decides_gets_an_mra_that_holds_the_request
 #[test]
 fn a_lost_rtu_is_recovered_by_the_resent_rep() {
     let (mut a, mut b) = (cm(1), cm(2));
-    b.listen(SERVICE).unwrap();
-    let ida = a.connect(0, &params(0x11)).unwrap();
-    deliver(0, &mut a, A, &mut b, all);
-    let idb = request(&mut b);
+    let (ida, idb) = requested(&mut a, &mut b);
     b.accept(
         0,
         idb,
@@ -230,10 +236,7 @@ fn a_lost_rtu_is_recovered_by_the_resent_rep() {
 #[test]
 fn first_data_establishes_the_passive_side_without_the_rtu() {
     let (mut a, mut b) = (cm(1), cm(2));
-    b.listen(SERVICE).unwrap();
-    a.connect(0, &params(0x11)).unwrap();
-    deliver(0, &mut a, A, &mut b, all);
-    let idb = request(&mut b);
+    let (_, idb) = requested(&mut a, &mut b);
     assert!(b.established(idb).is_err(), "not before the REP");
     b.accept(0, idb, &AcceptParams::default()).unwrap();
     b.established(idb).unwrap();
@@ -244,10 +247,7 @@ fn first_data_establishes_the_passive_side_without_the_rtu() {
 #[test]
 fn a_consumer_reject_carries_reason_and_private_data() {
     let (mut a, mut b) = (cm(1), cm(2));
-    b.listen(SERVICE).unwrap();
-    let ida = a.connect(0, &params(0x11)).unwrap();
-    deliver(0, &mut a, A, &mut b, all);
-    let idb = request(&mut b);
+    let (ida, idb) = requested(&mut a, &mut b);
     b.reject(idb, rej_reason::CONSUMER_DEFINED, b"busy")
         .unwrap();
     assert_eq!(b.state(idb), None);
@@ -381,10 +381,7 @@ fn crossing_dreqs_disconnect_both_sides_once() {
 #[test]
 fn a_req_left_unanswered_or_withdrawn_is_freed() {
     let (mut a, mut b) = (cm(1), cm(2));
-    b.listen(SERVICE).unwrap();
-    a.connect(0, &params(0x11)).unwrap();
-    deliver(0, &mut a, A, &mut b, all);
-    let idb = request(&mut b);
+    let (_, idb) = requested(&mut a, &mut b);
     // Nobody answers: once the requester has surely given up, so does b.
     let d = b.next_deadline().expect("a deadline for the answer");
     b.on_timer(d);
