@@ -69,6 +69,10 @@ fn trials() -> Vec<Trial> {
         trial("queue_recv_full", queues::recv_queue_full),
         trial("queue_send_refills", queues::send_queue_refills),
         trial(
+            "cq_resize_keeps_waiting_completions",
+            queues::cq_resize_keeps_waiting_completions,
+        ),
+        trial(
             "queue_recv_buffer_deregistered",
             queues::recv_buffer_deregistered,
         ),

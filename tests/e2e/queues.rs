@@ -1,6 +1,7 @@
 //! Work queue capacity: a full send or receive queue answers
 //! `Error::Exhausted` (ENOMEM at the verbs API) and changes nothing; its
 //! room returns as soon as the completions that free it can be polled.
+//! A CQ resized with completions waiting keeps them.
 
 use crate::harness::{expect_ok, sge, wait_wc, Fixture, ALL};
 use crate::proto::{Cmd, ConnOpts, WrSpec};
@@ -147,4 +148,36 @@ pub fn recv_buffer_deregistered() {
     let mut placed = [0u8; 64];
     kept.read_at(0, &mut placed).unwrap();
     assert_eq!(placed, [0u8; 64], "nothing placed");
+}
+
+/// A CQ resized while completions wait keeps them in order; one too
+/// small for them is refused and changes nothing; completions after a
+/// resize land in the new ring.
+pub fn cq_resize_keeps_waiting_completions() {
+    let mut f = Fixture::new();
+    let l = f.connect(&ConnOpts::default());
+    let buf = f.mr(64, ALL);
+    let target = f.peer_mr(64, ALL);
+    let wr = |id| SendWr::write(id, &[buf.slice(0, 8).unwrap()], target.addr, target.rkey);
+    for id in 0..4 {
+        l.qp.post_send(wr(id)).expect("room in the send queue");
+    }
+    let start = std::time::Instant::now();
+    while f.cq.shared().len() < 4 {
+        assert!(start.elapsed().as_secs() < 10, "4 completions never came");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let r = f.cq.resize(1);
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    assert_eq!(f.cq.shared().len(), 4, "the refused resize changed nothing");
+    let cap = f.cq.resize(200).expect("a larger CQ");
+    assert!(cap >= 200, "capacity {cap}");
+    for id in 4..8 {
+        l.qp.post_send(wr(id)).expect("room in the send queue");
+    }
+    for id in 0..8 {
+        expect_ok(&f.cq, id, WcOpcode::RdmaWrite);
+    }
+    let cap = f.cq.resize(3).expect("a smaller, empty CQ");
+    assert!((3..200).contains(&cap), "capacity {cap}");
 }

@@ -168,7 +168,10 @@ fn open(device: *mut ibv_device) -> VResult<*mut ibv_context> {
         fill_ops(v);
         let c = &mut v.context;
         c.device = device;
-        c.cmd_fd = -1;
+        // A descriptor of the context's own, as a kernel device's command
+        // file is: programs dup it to import the device elsewhere, which
+        // ibv_import_device refuses (EOPNOTSUPP).
+        c.cmd_fd = libc::fcntl(events_fd, libc::F_DUPFD_CLOEXEC, 0);
         c.async_fd = events_fd;
         c.num_comp_vectors = 1;
         c.abi_compat = crate::sys::VERBS_ABI_IS_EXTENDED as *mut libc::c_void;
@@ -194,6 +197,10 @@ pub unsafe extern "C" fn close_device(context: *mut ibv_context) -> c_int {
                 libc::pthread_mutex_destroy(
                     std::ptr::addr_of_mut!((*base).vctx.context.mutex).cast(),
                 );
+                let cmd_fd = (*base).vctx.context.cmd_fd;
+                if cmd_fd >= 0 {
+                    libc::close(cmd_fd);
+                }
                 free(base);
             }
             Ok(())

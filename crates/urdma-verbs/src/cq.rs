@@ -254,14 +254,19 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     })
 }
 
-/// `ibv_resize_cq`: the engine's queues have a fixed capacity, so a CQ
-/// can only be "resized" to a size it already holds.
+/// `ibv_resize_cq`: a new ring for at least `cqe` completions; the
+/// completions waiting move into it. EINVAL (and no change) if more wait
+/// than it holds or `cqe` is out of the device's range; `cq->cqe` is the
+/// new capacity.
 pub unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     guard(libc::EIO, || {
         ret_errno((|| {
             let q = Cq::from_ptr(cq)?;
             ensure(cqe > 0, libc::EINVAL)?;
-            ensure(cqe as usize <= q.cq.capacity(), libc::EOPNOTSUPP)?;
+            let capacity = q.cq.resize(cqe as usize).map_err(|e| e.errno())?;
+            // SAFETY: cq is a live CQ (checked above); cqe is the plain
+            // field programs read, written once the borrow above ended.
+            unsafe { std::ptr::addr_of_mut!((*cq).cqe).write(capacity as c_int) };
             Ok(())
         })())
     })

@@ -153,7 +153,11 @@ static void queues(void)
 	cq = ibv_create_cq(ctx, 8, NULL, ch, 0);
 	CHECK(cq && cq->cqe >= 8);
 	RET_ERRNO(ibv_destroy_comp_channel(ch), EBUSY);
-	RET_ERRNO(ibv_resize_cq(cq, 1 << 20), EOPNOTSUPP);
+	RET_ERRNO(ibv_resize_cq(cq, dattr.max_cqe + 1), EINVAL);
+	RET_ERRNO(ibv_resize_cq(cq, 0), EINVAL);
+	CHECK(cq->cqe >= 8);
+	CHECK(ibv_resize_cq(cq, 100) == 0 && cq->cqe >= 100);
+	CHECK(ibv_resize_cq(cq, 2) == 0 && cq->cqe >= 2 && cq->cqe < 100);
 	CHECK(ibv_poll_cq(cq, 1, &wc) == 0);
 	/* Nothing armed, nothing waiting: a non-blocking channel says so. */
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);

@@ -53,6 +53,15 @@ impl Cq {
         self.shared.capacity() - 1
     }
 
+    /// Resize the CQ to hold at least `cqe` completions (at most the
+    /// device's `max_cqe`); the completions waiting stay, in order. Fails
+    /// with [`Error::InvalidArgument`] (and changes nothing) if more wait
+    /// than the new size holds. Answers the new capacity.
+    pub fn resize(&self, cqe: usize) -> Result<usize> {
+        self._guard.dev.resize_cq(&self.shared, cqe)?;
+        Ok(self.capacity())
+    }
+
     /// Take up to `max` completions without blocking. A CQ that overran
     /// returns [`Error::CqOverrun`] once its entries are taken.
     pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>> {

@@ -227,6 +227,23 @@ impl Device {
         Ok(Cq::new(self.clone(), shared))
     }
 
+    /// Give `cq` a ring for `cqe` completions (see [`Cq::resize`]).
+    pub(crate) fn resize_cq(&self, cq: &CqShared, cqe: usize) -> Result<()> {
+        let max = self.inner.attr.max_cqe as usize;
+        if cqe == 0 || cqe > max {
+            return Err(crate::Error::inval(format!("cqe {cqe} outside 1..={max}")));
+        }
+        let entries = super::cq::ring_entries(cqe, max);
+        match &self.inner.link {
+            Link::Embedded(_) => {
+                let ring = crate::cq::Ring::new(entries, false)?;
+                let _paused = cq.consumer_pause();
+                cq.replace_ring(ring, false)
+            }
+            Link::Agent(a) => a.resize_cq(cq, entries),
+        }
+    }
+
     /// Have the NIC raise `cq`'s completion events (if it has a completion
     /// channel) and its CQ errors (through the agent) on a CQ of the urdma
     /// kernel module made through uverbs by this process, instead of

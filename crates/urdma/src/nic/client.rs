@@ -5,7 +5,7 @@
 use super::kernel::KernelObject;
 use super::proto::{self, Event, Request, Value};
 use super::{channel, spawn};
-use crate::cq::CqShared;
+use crate::cq::{CqShared, Ring};
 use crate::engine::command::{Command, Reply};
 use crate::engine::{
     check_recv_request, check_recv_sges, check_send_request, RecvRequest, SendLimits, SendRequest,
@@ -208,14 +208,13 @@ impl AgentLink {
         let cq = Arc::new(CqShared::new_shared(cqn, capacity)?);
         let fd = cq
             .fd()
-            .ok_or_else(|| Error::inval("CQ ring without a descriptor"))?
-            .as_raw_fd();
+            .ok_or_else(|| Error::inval("CQ ring without a descriptor"))??;
         self.request(
             &Request::CreateCq {
                 cqn,
                 capacity: capacity as u32,
             },
-            &[fd],
+            &[fd.as_raw_fd()],
         )?;
         self.cqs
             .lock()
@@ -240,6 +239,24 @@ impl AgentLink {
     pub fn bind_srq(&self, srqn: u32, kernel: KernelObject) -> Result<()> {
         self.request(&Request::BindSrq { srqn, kernel }, &[])?;
         Ok(())
+    }
+
+    /// Give `cq` a ring of `capacity` completions: the agent moves the
+    /// completions waiting into it, then this process uses it.
+    pub fn resize_cq(&self, cq: &CqShared, capacity: usize) -> Result<()> {
+        let ring = Ring::new(capacity, true)?;
+        let fd = ring
+            .fd()
+            .ok_or_else(|| Error::inval("CQ ring without a descriptor"))??;
+        let _paused = cq.consumer_pause();
+        self.request(
+            &Request::ResizeCq {
+                cqn: cq.cqn,
+                capacity: capacity as u32,
+            },
+            &[fd.as_raw_fd()],
+        )?;
+        cq.replace_ring(ring, true)
     }
 
     /// Destroy a CQ no QP uses.

@@ -86,6 +86,14 @@ pub enum Request {
         /// Completions the ring holds.
         capacity: u32,
     },
+    /// Replace a CQ's ring by the passed descriptor (the program holds its
+    /// consumers off meanwhile): the completions waiting move into it.
+    ResizeCq {
+        /// The CQ.
+        cqn: u32,
+        /// Completions the new ring holds.
+        capacity: u32,
+    },
     /// Destroy a CQ no QP uses.
     DestroyCq {
         /// The CQ.

@@ -6,7 +6,7 @@ use super::agent::AgentDevice;
 use super::proto::{Event, Request, Value, WireError};
 use super::{channel, proto};
 use crate::cm::CmOp;
-use crate::cq::CqShared;
+use crate::cq::{CqShared, Ring};
 use crate::engine::command::{
     AllocPd, CqInUse, CreateQp, CreateSrq, DeallocPd, DeregMr, DestroyQp, DestroySrq, ModifyQp,
     ModifySrq, QueryQp, QuerySrq, RegMr,
@@ -278,6 +278,15 @@ impl Session {
             R::BindSrq { srqn, kernel } => {
                 self.srq(srqn)?;
                 self.route_to_kernel(&dev, super::agent::Object::Srq(srqn), kernel)?
+            }
+            R::ResizeCq { cqn, capacity } => {
+                if capacity < 2 || capacity > dev.device.attr().max_cqe + 1 {
+                    return Err(Error::inval("CQ capacity out of range"));
+                }
+                let cq = self.cq(cqn)?;
+                let fd = fds.pop().ok_or_else(|| Error::inval("CQ ring missing"))?;
+                cq.replace_ring(Ring::from_fd(capacity as usize, fd)?, false)?;
+                Value::Done
             }
             R::DestroyCq { cqn } => {
                 let cq = self.cq(cqn)?;
