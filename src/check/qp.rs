@@ -213,6 +213,7 @@ pub(super) fn status_name(s: WcStatus) -> &'static str {
         WcStatus::LocQpOpErr => "IBV_WC_LOC_QP_OP_ERR",
         WcStatus::LocProtErr => "IBV_WC_LOC_PROT_ERR",
         WcStatus::WrFlushErr => "IBV_WC_WR_FLUSH_ERR",
+        WcStatus::MwBindErr => "IBV_WC_MW_BIND_ERR",
         WcStatus::BadRespErr => "IBV_WC_BAD_RESP_ERR",
         WcStatus::LocAccessErr => "IBV_WC_LOC_ACCESS_ERR",
         WcStatus::RemInvReqErr => "IBV_WC_REM_INV_REQ_ERR",

@@ -56,6 +56,9 @@ pub fn fill_ops(v: &mut verbs_context) {
     ops.post_srq_recv = Some(post::post_srq_recv);
     ops.post_send = Some(post::post_send);
     ops.post_recv = Some(post::post_recv);
+    ops.alloc_mw = Some(crate::mw::alloc_mw);
+    ops.dealloc_mw = Some(crate::mw::dealloc_mw);
+    ops.bind_mw = Some(crate::mw::bind_mw);
     v.query_port = Some(query::query_port);
     v.create_cq_ex = Some(cq::create_cq_ex);
     v.query_device_ex = Some(query::query_device_ex);

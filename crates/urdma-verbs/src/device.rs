@@ -295,12 +295,16 @@ pub fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
     let i = |v: u32| v.min(i32::MAX as u32) as c_int;
     d.max_qp = i(a.max_qp);
     d.max_qp_wr = i(a.max_qp_wr);
-    d.device_cap_flags = device_cap_flags();
+    // Memory windows are the NIC's (the drop-in library binds them); the
+    // kernel module's devices have none, so they are not in the shared
+    // flags.
+    d.device_cap_flags = device_cap_flags() | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     d.max_sge = i(a.max_sge);
     d.max_sge_rd = i(a.max_sge);
     d.max_cq = i(a.max_cq);
     d.max_cqe = i(a.max_cqe);
     d.max_mr = i(a.max_mr);
+    d.max_mw = i(a.max_mw);
     d.max_pd = i(a.max_pd);
     d.max_qp_rd_atom = i(a.max_qp_rd_atom);
     d.max_res_rd_atom = i(a.max_qp_rd_atom.saturating_mul(a.max_qp));

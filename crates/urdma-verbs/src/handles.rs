@@ -32,6 +32,8 @@ pub enum Kind {
     Ah,
     /// `ibv_comp_channel`
     Channel,
+    /// `ibv_mw`
+    Mw,
 }
 
 static LIVE: LazyLock<RwLock<HashMap<usize, Kind>>> = LazyLock::new(Default::default);

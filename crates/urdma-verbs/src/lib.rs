@@ -41,6 +41,7 @@ pub mod gid;
 pub mod handles;
 pub mod limits;
 pub mod misc;
+pub mod mw;
 pub mod pd;
 pub mod post;
 pub mod qp;

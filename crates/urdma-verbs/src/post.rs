@@ -34,8 +34,10 @@ pub fn send_op(opcode: ibv_wr_opcode, imm_be: u32, compare_add: u64, swap: u64) 
             swap,
         },
         IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd { add: compare_add },
-        IBV_WR_LOCAL_INV | IBV_WR_BIND_MW | IBV_WR_SEND_WITH_INV | IBV_WR_TSO | IBV_WR_DRIVER1
-        | IBV_WR_ATOMIC_WRITE => return Err(libc::EOPNOTSUPP),
+        // Invalidations and binds carry more than these operands: see
+        // convert_send.
+        IBV_WR_LOCAL_INV | IBV_WR_BIND_MW | IBV_WR_SEND_WITH_INV => return Err(libc::EINVAL),
+        IBV_WR_TSO | IBV_WR_DRIVER1 | IBV_WR_ATOMIC_WRITE => return Err(libc::EOPNOTSUPP),
         _ => return Err(libc::EINVAL),
     })
 }
@@ -119,7 +121,26 @@ fn convert_send(q: &Qp, w: &ibv_send_wr) -> VResult<SendRequest> {
     // every bit pattern of these integer fields is valid.
     let (imm, rdma, atomic, ud) =
         unsafe { (w.__bindgen_anon_1.imm_data, w.wr.rdma, w.wr.atomic, w.wr.ud) };
-    let op = send_op(w.opcode, imm, atomic.compare_add, atomic.swap)?;
+    let op = match w.opcode {
+        IBV_WR_SEND_WITH_INV | IBV_WR_LOCAL_INV => {
+            ensure(q.qp_type != QpType::Ud, libc::EINVAL)?;
+            // SAFETY: as above; the opcode says invalidate_rkey was written.
+            let rkey = unsafe { w.__bindgen_anon_1.invalidate_rkey };
+            match w.opcode {
+                IBV_WR_SEND_WITH_INV => SendOp::SendInv(rkey),
+                _ => SendOp::LocalInv(rkey),
+            }
+        }
+        IBV_WR_BIND_MW => {
+            // SAFETY: as above; the opcode says bind_mw was written.
+            let b = unsafe { w.__bindgen_anon_2.bind_mw };
+            let m = crate::mw::Mw::from_ptr(b.mw)?;
+            // Type 1 windows are bound by ibv_bind_mw only.
+            ensure(m.ibv.type_ == IBV_MW_TYPE_2, libc::EINVAL)?;
+            SendOp::BindMw(crate::mw::bind_request(q, b.mw, b.rkey, &b.bind_info)?)
+        }
+        _ => send_op(w.opcode, imm, atomic.compare_add, atomic.swap)?,
+    };
     let (remote_va, rkey) = if op.is_atomic() {
         (atomic.remote_addr, atomic.rkey)
     } else {
@@ -332,7 +353,7 @@ mod tests {
             send_op(IBV_WR_ATOMIC_FETCH_AND_ADD, 0, 5, 0),
             Ok(SendOp::FetchAdd { add: 5 })
         );
-        assert_eq!(send_op(IBV_WR_BIND_MW, 0, 0, 0), Err(libc::EOPNOTSUPP));
+        assert_eq!(send_op(IBV_WR_TSO, 0, 0, 0), Err(libc::EOPNOTSUPP));
         assert_eq!(send_op(999, 0, 0, 0), Err(libc::EINVAL));
     }
 

@@ -243,7 +243,10 @@ const SEND_OPS_SUPPORTED: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_SEND_WITH_IMM
     | IBV_QP_EX_WITH_RDMA_READ
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) as u64;
+    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+    | IBV_QP_EX_WITH_BIND_MW
+    | IBV_QP_EX_WITH_LOCAL_INV
+    | IBV_QP_EX_WITH_SEND_WITH_INV) as u64;
 
 /// `verbs_context::create_qp_ex` (the inline `ibv_create_qp_ex`).
 pub unsafe extern "C" fn create_qp_ex(

@@ -6,7 +6,7 @@
 use crate::post::{copy_inline, may_inline, ud_dest};
 use crate::qp::Qp;
 use crate::sys::*;
-use crate::util::{guard, VResult};
+use crate::util::{ensure, guard, VResult};
 use std::os::raw::{c_int, c_void};
 use urdma::engine::SendOp;
 use urdma::engine::{SendData, SendRequest, SgEntry};
@@ -276,19 +276,38 @@ fn unsupported(qp: *mut ibv_qp_ex) {
 
 unsafe extern "C" fn wr_bind_mw(
     qp: *mut ibv_qp_ex,
-    _mw: *mut ibv_mw,
-    _rkey: u32,
-    _info: *const ibv_mw_bind_info,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
 ) {
-    unsupported(qp)
+    let op = (|| {
+        let q = Qp::from_ptr(qp)?;
+        ensure(!info.is_null(), libc::EINVAL)?;
+        let m = crate::mw::Mw::from_ptr(mw)?;
+        // Type 1 windows are bound by ibv_bind_mw only.
+        ensure(m.ibv.type_ == IBV_MW_TYPE_2, libc::EINVAL)?;
+        // SAFETY: info is the caller's readable struct (checked non-NULL).
+        let info = unsafe { &*info };
+        Ok(SendOp::BindMw(crate::mw::bind_request(q, mw, rkey, info)?))
+    })();
+    begin(qp, op, 0, 0)
 }
 
-unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
-    unsupported(qp)
+/// An invalidation (`op` of the R_Key), on a connected QP only.
+fn invalidation(qp: *mut ibv_qp_ex, op: SendOp) {
+    let op = Qp::from_ptr(qp).and_then(|q| {
+        ensure(q.qp_type != urdma::QpType::Ud, libc::EINVAL)?;
+        Ok(op)
+    });
+    begin(qp, op, 0, 0)
 }
 
-unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, _rkey: u32) {
-    unsupported(qp)
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, rkey: u32) {
+    invalidation(qp, SendOp::LocalInv(rkey))
+}
+
+unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, rkey: u32) {
+    invalidation(qp, SendOp::SendInv(rkey))
 }
 
 unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {

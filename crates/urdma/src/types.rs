@@ -14,6 +14,8 @@ bitflags::bitflags! {
         const REMOTE_READ = 1 << 2;
         /// Remote atomics allowed.
         const REMOTE_ATOMIC = 1 << 3;
+        /// Memory windows may be bound to the region.
+        const MW_BIND = 1 << 4;
     }
 }
 
@@ -188,6 +190,8 @@ pub enum WcStatus {
     LocProtErr = 4,
     /// Flushed
     WrFlushErr = 5,
+    /// Memory window bind error
+    MwBindErr = 6,
     /// Bad response
     BadRespErr = 7,
     /// Local access error
@@ -221,6 +225,10 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// Fetch and add
     FetchAdd = 4,
+    /// Memory window bind
+    BindMw = 5,
+    /// Local invalidate
+    LocalInv = 6,
     /// Receive of a SEND
     Recv = 128,
     /// Receive of an RDMA WRITE with immediate

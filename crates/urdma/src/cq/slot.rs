@@ -8,15 +8,15 @@ pub(super) const SLOT_LEN: usize = 64;
 
 /// Every status and opcode, to decode their numbers without `unsafe`.
 #[rustfmt::skip]
-pub(super) const STATUSES: [WcStatus; 14] = {
+pub(super) const STATUSES: [WcStatus; 15] = {
     use WcStatus::*;
-    [Success, LocLenErr, LocQpOpErr, LocProtErr, WrFlushErr, BadRespErr, LocAccessErr,
+    [Success, LocLenErr, LocQpOpErr, LocProtErr, WrFlushErr, MwBindErr, BadRespErr, LocAccessErr,
      RemInvReqErr, RemAccessErr, RemOpErr, RetryExcErr, RnrRetryExcErr, FatalErr, GeneralErr]
 };
 #[rustfmt::skip]
-pub(super) const OPCODES: [WcOpcode; 7] = {
+pub(super) const OPCODES: [WcOpcode; 9] = {
     use WcOpcode::*;
-    [Send, RdmaWrite, RdmaRead, CompSwap, FetchAdd, Recv, RecvRdmaWithImm]
+    [Send, RdmaWrite, RdmaRead, CompSwap, FetchAdd, BindMw, LocalInv, Recv, RecvRdmaWithImm]
 };
 
 pub(super) fn encode(wc: &WorkCompletion) -> [u8; SLOT_LEN] {

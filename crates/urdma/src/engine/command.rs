@@ -8,6 +8,7 @@
 //! Polling and arming a CQ are not commands: a CQ ([`crate::cq::CqShared`])
 //! is memory the engine writes completions into and the driver reads.
 
+use super::mw::MwType;
 use super::srq::SrqAttr;
 use super::{Engine, RecvRequest, SendRequest};
 use crate::cq::CqShared;
@@ -107,6 +108,18 @@ commands! {
         /// Its key.
         key: u32,
     } -> Mr(Arc<MrEntry>);
+    /// Allocate a memory window in a PD; answers its R_Key.
+    AllocMw {
+        /// The PD.
+        pd: u32,
+        /// Its kind.
+        kind: MwType,
+    } -> Number(u32);
+    /// Free a memory window (named by any R_Key it took).
+    DeallocMw {
+        /// The window's R_Key.
+        rkey: u32,
+    } -> Done(());
     /// Create a QP in the RESET state; answers its number.
     CreateQp {
         /// The PD.
@@ -207,6 +220,8 @@ impl Engine {
             C::DeallocPd(c) => Reply::Done(self.dealloc_pd(c.pd)?),
             C::RegMr(c) => Reply::Mr(self.reg_mr(c.pd, c.access, c.iova, c.mem, c.rekey)?),
             C::DeregMr(c) => Reply::Mr(self.dereg_mr(c.key)?),
+            C::AllocMw(c) => Reply::Number(self.alloc_mw(c.pd, c.kind)?),
+            C::DeallocMw(c) => Reply::Done(self.dealloc_mw(c.rkey)?),
             C::CreateQp(c) => Reply::Number(self.create_qp(c)?),
             C::ModifyQp(c) => Reply::Done(self.modify_qp(now, c.qpn, &c.attr, c.mask)?),
             C::QueryQp(c) => Reply::QpAttr(self.query_qp(c.qpn)?),

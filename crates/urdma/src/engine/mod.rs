@@ -10,6 +10,8 @@ pub mod cwnd;
 mod gsi;
 pub use gsi::{GsiDatagram, GsiSend};
 mod ident;
+mod local_ops;
+pub mod mw;
 mod objects;
 pub(crate) mod psn;
 pub(crate) mod qp;
@@ -71,6 +73,8 @@ pub(crate) struct Ctx<'a> {
     pub deferred_acks: &'a mut Vec<u32>,
     /// Shared receive queues.
     pub srqs: &'a mut HashMap<u32, srq::SrqCtx>,
+    /// Memory windows.
+    pub mws: &'a mut mw::MwTable,
 }
 
 impl Ctx<'_> {
@@ -133,6 +137,7 @@ pub struct Engine {
     pds: HashSet<u32>,
     next_pd: u32,
     mrs: HashMap<u32, Arc<MrEntry>>,
+    mws: mw::MwTable,
     qps: HashMap<u32, QpCtx>,
     next_qpn: u32,
     tx: VecDeque<Transmit>,
@@ -169,6 +174,7 @@ impl Engine {
             pds: HashSet::new(),
             next_pd: 1,
             mrs: HashMap::new(),
+            mws: mw::MwTable::new(),
             qps: HashMap::new(),
             next_qpn,
             tx: VecDeque::new(),
@@ -250,6 +256,7 @@ impl Engine {
                 batching: self.batching,
                 deferred_acks: &mut self.deferred_acks,
                 srqs: &mut self.srqs,
+                mws: &mut self.mws,
             },
         )
     }

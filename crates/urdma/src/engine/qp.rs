@@ -54,6 +54,10 @@ pub struct ReqState {
     pub last_rewind_psn: u32,
     /// How many PSNs may be outstanding, after the losses seen.
     pub window: super::cwnd::SendWindow,
+    /// Requests posted behind a local operation (bind, invalidate) that
+    /// waits for the SQ to empty, in posting order (see
+    /// [`super::local_ops`]).
+    pub held: VecDeque<super::objects::SendRequest>,
 }
 
 /// A multi-packet RDMA WRITE in progress at the responder.
@@ -273,6 +277,7 @@ impl QpCtx {
         while !self.req.sq.is_empty() {
             self.complete_head(cx, WcStatus::WrFlushErr, 0);
         }
+        super::local_ops::flush_held(self, cx);
         self.req.send_pos = 0;
         self.req.send_pkt = 0;
         self.resp.write = None;

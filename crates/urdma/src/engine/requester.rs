@@ -18,6 +18,8 @@ pub const READ_CHUNK: u32 = 64;
 
 /// Transmit what the window allows. Called after every input.
 pub fn pump(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+    // A local operation waiting for the SQ to empty goes first.
+    super::local_ops::run_held(qp, cx);
     super::rings::pump_rings(qp, cx, |qp, cx| match qp.qp_type {
         QpType::Ud => pump_ud(qp, cx),
         QpType::Rc | QpType::Uc => pump_connected(qp, cx),

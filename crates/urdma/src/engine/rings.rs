@@ -48,7 +48,7 @@ pub fn pull_sends(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     }
     // At most a ring's worth per call, however fast the driver refills it.
     for _ in 0..ring.capacity() {
-        if qp.req.sq.len() >= qp.cap.max_send_wr as usize {
+        if qp.req.sq.len() + qp.req.held.len() >= qp.cap.max_send_wr as usize {
             return;
         }
         let wr = match ring.pop::<SendRequest>() {
@@ -94,7 +94,9 @@ pub fn settled(qp: &QpCtx) -> bool {
     };
     // Unsent work waits for an acknowledgement, a timer or a transition,
     // which come back; so does a full SQ, with a completion.
-    let held = qp.req.send_pos < qp.req.sq.len() || qp.req.sq.len() >= qp.cap.max_send_wr as usize;
+    let held = qp.req.send_pos < qp.req.sq.len()
+        || qp.req.sq.len() + qp.req.held.len() >= qp.cap.max_send_wr as usize
+        || !qp.req.held.is_empty();
     // Before RTS the transition to RTS comes back for what was posted.
     if !takes_sends(qp) || (held && qp.state() != QpState::Err) {
         return true;

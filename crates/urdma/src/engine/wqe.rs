@@ -1,5 +1,6 @@
 //! Work queue entries as the engine holds them.
 
+use super::mw::BindMw;
 use crate::mr::LocalSge;
 use crate::types::WcOpcode;
 use std::net::SocketAddr;
@@ -32,6 +33,11 @@ pub enum SendOp {
         /// Value added.
         add: u64,
     },
+    /// Bind a memory window (a local operation: no packet).
+    BindMw(BindMw),
+    /// Take back the type 2 memory window of this R_Key (a local
+    /// operation: no packet).
+    LocalInv(u32),
 }
 
 impl SendOp {
@@ -43,7 +49,16 @@ impl SendOp {
             SendOp::Read => WcOpcode::RdmaRead,
             SendOp::CompSwap { .. } => WcOpcode::CompSwap,
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::BindMw(_) => WcOpcode::BindMw,
+            SendOp::LocalInv(_) => WcOpcode::LocalInv,
         }
+    }
+
+    /// True for the operations the NIC carries out itself, in order, with
+    /// no packet: binds and local invalidations. They never enter the
+    /// requester's queue.
+    pub fn is_local(self) -> bool {
+        matches!(self, SendOp::BindMw(_) | SendOp::LocalInv(_))
     }
 
     /// True for READ and atomics (responses carry data back).
@@ -59,10 +74,11 @@ impl SendOp {
         matches!(self, SendOp::CompSwap { .. } | SendOp::FetchAdd { .. })
     }
 
-    /// The wire operation this performs and its immediate data, if any.
+    /// The wire operation this performs and its immediate data, if any
+    /// (a local operation has none: see [`SendOp::is_local`]).
     pub fn wire_kind(self) -> (OpKind, Option<u32>) {
         match self {
-            SendOp::Send => (OpKind::Send, None),
+            SendOp::Send | SendOp::BindMw(_) | SendOp::LocalInv(_) => (OpKind::Send, None),
             SendOp::SendImm(imm) => (OpKind::Send, Some(imm)),
             SendOp::SendInv(_) => (OpKind::Send, None),
             SendOp::Write => (OpKind::Write, None),
@@ -84,7 +100,14 @@ impl SendOp {
 
     /// True if the operation names remote memory.
     pub fn has_remote(self) -> bool {
-        !matches!(self, SendOp::Send | SendOp::SendImm(_) | SendOp::SendInv(_))
+        !matches!(
+            self,
+            SendOp::Send
+                | SendOp::SendImm(_)
+                | SendOp::SendInv(_)
+                | SendOp::BindMw(_)
+                | SendOp::LocalInv(_)
+        )
     }
 
     /// The R_Key a SEND with invalidate names.

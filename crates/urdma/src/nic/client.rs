@@ -387,6 +387,14 @@ impl AgentLink {
         Ok(match cmd {
             C::AllocPd(_) => Reply::Number(number(self.request(&Request::AllocPd, &[])?)?),
             C::DeallocPd(c) => done(self.request(&Request::DeallocPd { pd: c.pd }, &[])?)?,
+            C::AllocMw(c) => Reply::Number(number(self.request(
+                &Request::AllocMw {
+                    pd: c.pd,
+                    kind: c.kind,
+                },
+                &[],
+            )?)?),
+            C::DeallocMw(c) => done(self.request(&Request::DeallocMw { rkey: c.rkey }, &[])?)?,
             C::RegMr(c) => {
                 let fd = c.mem.shared_fd().map(|f| f.as_raw_fd());
                 let req = Request::RegMr {

@@ -54,6 +54,18 @@ pub enum Request {
         /// The PD.
         pd: u32,
     },
+    /// Allocate a memory window in a PD; answers its R_Key.
+    AllocMw {
+        /// The PD.
+        pd: u32,
+        /// Its kind.
+        kind: crate::engine::mw::MwType,
+    },
+    /// Free a memory window.
+    DeallocMw {
+        /// Any R_Key the window took.
+        rkey: u32,
+    },
     /// Register `len` bytes of the driver's memory at `addr` (with
     /// `shared`: the passed memfd's first `len` bytes instead).
     RegMr {

@@ -8,9 +8,10 @@ use super::{channel, proto};
 use crate::cm::CmOp;
 use crate::cq::{CqShared, Ring};
 use crate::engine::command::{
-    AllocPd, CqInUse, CreateQp, CreateSrq, DeallocPd, DeregMr, DestroyQp, DestroySrq, ModifyQp,
-    ModifySrq, QueryQp, QuerySrq, RegMr,
+    AllocMw, AllocPd, CqInUse, CreateQp, CreateSrq, DeallocMw, DeallocPd, DeregMr, DestroyQp,
+    DestroySrq, ModifyQp, ModifySrq, QueryQp, QuerySrq, RegMr,
 };
+use crate::engine::mw;
 use crate::engine::rings::QpRings;
 use crate::error::{Error, Result};
 use crate::fabric::stats::ProcessStats;
@@ -64,6 +65,8 @@ pub struct Session {
     device: Option<Arc<AgentDevice>>,
     pds: HashSet<u32>,
     mrs: HashMap<u32, Arc<MrEntry>>,
+    /// Memory windows by index (the upper 24 bits of their R_Keys).
+    mws: HashSet<u32>,
     reserved_cqs: HashSet<u32>,
     cqs: HashMap<u32, Arc<CqShared>>,
     qps: HashSet<u32>,
@@ -92,6 +95,7 @@ impl Session {
             device: None,
             pds: HashSet::new(),
             mrs: HashMap::new(),
+            mws: HashSet::new(),
             reserved_cqs: HashSet::new(),
             cqs: HashMap::new(),
             qps: HashSet::new(),
@@ -230,6 +234,22 @@ impl Session {
                 let key = entry.lkey;
                 self.mrs.insert(key, entry);
                 Value::Number(key)
+            }
+            R::AllocMw { pd, kind } => {
+                let rkey = d.call(AllocMw {
+                    pd: self.pd(pd)?,
+                    kind,
+                })?;
+                self.mws.insert(mw::index_of(rkey));
+                Value::Number(rkey)
+            }
+            R::DeallocMw { rkey } => {
+                if !self.mws.contains(&mw::index_of(rkey)) {
+                    return Err(not_found("memory window", rkey));
+                }
+                d.call(DeallocMw { rkey })?;
+                self.mws.remove(&mw::index_of(rkey));
+                Value::Done
             }
             R::DeregMr { key } => {
                 if !self.mrs.contains_key(&key) {
@@ -548,6 +568,10 @@ impl Session {
         for srqn in self.srqs.drain() {
             let _ = d.call(DestroySrq { srqn });
             dev.disown(super::agent::Object::Srq(srqn));
+        }
+        // Windows first: a region with windows bound stays registered.
+        for index in self.mws.drain() {
+            let _ = d.call(DeallocMw { rkey: index << 8 });
         }
         for (key, entry) in self.mrs.drain() {
             entry.mem.invalidate();

@@ -172,6 +172,8 @@ pub struct DeviceAttr {
     pub max_cqe: u32,
     /// MRs per device.
     pub max_mr: u32,
+    /// Memory windows per device.
+    pub max_mw: u32,
     /// PDs per device.
     pub max_pd: u32,
     /// Incoming READ/atomic per QP.
@@ -205,6 +207,7 @@ impl Default for DeviceAttr {
             max_cq: 16384,
             max_cqe: 1 << 20,
             max_mr: 1 << 20,
+            max_mw: 1 << 16,
             max_pd: 1 << 16,
             max_qp_rd_atom: 128,
             max_qp_init_rd_atom: 128,

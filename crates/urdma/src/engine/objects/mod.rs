@@ -98,8 +98,11 @@ impl Engine {
         if !self.pds.contains(&pd) {
             return Err(Error::NotFound(format!("pd {pd}")));
         }
-        if self.mrs.values().any(|m| m.pd == pd) || self.qps.values().any(|q| q.pd == pd) {
-            return Err(Error::Busy(format!("pd {pd} still has MRs or QPs")));
+        if self.mrs.values().any(|m| m.pd == pd)
+            || self.qps.values().any(|q| q.pd == pd)
+            || self.mws.values().any(|w| w.pd == pd)
+        {
+            return Err(Error::Busy(format!("pd {pd} still has MRs, MWs or QPs")));
         }
         self.pds.remove(&pd);
         Ok(())
@@ -137,6 +140,11 @@ impl Engine {
             if is_kernel_key(key) || !self.mrs.contains_key(&key) {
                 return Err(Error::NotFound(format!("mr key {key:#x}")));
             }
+            if self.mr_has_windows(key) {
+                return Err(Error::Busy(format!(
+                    "mr key {key:#x} has memory windows bound"
+                )));
+            }
             let entry = Arc::new(MrEntry::new(key, pd, access, iova, mem));
             if let Some(old) = self.mrs.insert(key, entry.clone()) {
                 old.mem.invalidate();
@@ -148,7 +156,11 @@ impl Engine {
         }
         let key = loop {
             let k: u32 = self.rng.gen();
-            if k != 0 && !is_kernel_key(k) && !self.mrs.contains_key(&k) {
+            if k != 0
+                && !is_kernel_key(k)
+                && !self.mrs.contains_key(&k)
+                && !self.mws.contains_key(&super::mw::index_of(k))
+            {
                 break k;
             }
         };
@@ -191,6 +203,11 @@ impl Engine {
     /// still names it (a posted receive, a send in flight, a peer's
     /// request) fails with a protection error instead of touching it.
     pub(crate) fn dereg_mr(&mut self, key: u32) -> Result<Arc<MrEntry>> {
+        if self.mr_has_windows(key) {
+            return Err(Error::Busy(format!(
+                "mr key {key:#x} has memory windows bound"
+            )));
+        }
         let entry = self
             .mrs
             .remove(&key)
@@ -366,6 +383,27 @@ impl Engine {
 /// ERR state the request is not queued: Ok(Some) is its flush completion,
 /// for the caller to deliver.
 pub(crate) fn enqueue_send(
+    qp: &mut QpCtx,
+    cx: &mut Ctx<'_>,
+    wr: SendRequest,
+) -> Result<Option<WorkCompletion>> {
+    if qp.req.sq.len() + qp.req.held.len() >= qp.cap.max_send_wr as usize {
+        return Err(Error::Exhausted("send queue full".into()));
+    }
+    if super::local_ops::must_hold(qp, &wr) {
+        if qp.state() == QpState::Err {
+            let wc = WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, wr.op.wc_opcode(), qp.qpn);
+            return Ok(Some(wc));
+        }
+        qp.req.held.push_back(wr);
+        super::local_ops::run_held(qp, cx);
+        return Ok(None);
+    }
+    queue_send(qp, cx, wr)
+}
+
+/// [`enqueue_send`] of a request nothing holds back.
+pub(crate) fn queue_send(
     qp: &mut QpCtx,
     cx: &mut Ctx<'_>,
     wr: SendRequest,

@@ -6,6 +6,7 @@
 
 use super::error::{abandon_message, RespError};
 use super::MAX_MSG_SIZE;
+use crate::engine::mw::{self, MwTable};
 use crate::engine::qp::{QpCtx, WriteCtx};
 use crate::engine::rings::NoRecv;
 use crate::engine::wqe::RecvWqe;
@@ -206,7 +207,7 @@ pub(super) fn length(qp: &QpCtx, pkt: &Packet<'_>, op: &Op) -> Result<(), RespEr
 /// `need`, through the one MR lookup; none for zero bytes.
 pub(super) fn remote_range<'m>(
     qp: &QpCtx,
-    mrs: &'m MrTable,
+    (mrs, mws): (&'m MrTable, &MwTable),
     rkey: u32,
     va: u64,
     len: usize,
@@ -215,7 +216,9 @@ pub(super) fn remote_range<'m>(
     if len == 0 {
         return Ok(None);
     }
-    mr::lookup(mrs, rkey, qp.pd, va, len, need)
+    // A window's R_Key first: windows and regions share no key.
+    mw::lookup(mws, mrs, rkey, (qp.qpn, qp.pd), va, len, need)
+        .unwrap_or_else(|| mr::lookup(mrs, rkey, qp.pd, va, len, need))
         .map(Some)
         .map_err(|_| RespError::RemoteAccess)
 }
@@ -234,7 +237,7 @@ fn fits(remaining: usize, len: usize, last: bool) -> Result<(), RespError> {
 /// against what remains of its message.
 pub(super) fn target<'m>(
     qp: &QpCtx,
-    mrs: &'m MrTable,
+    mrs: (&'m MrTable, &MwTable),
     pkt: &Packet<'_>,
     op: Op,
 ) -> Result<Target<'m>, RespError> {

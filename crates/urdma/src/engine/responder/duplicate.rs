@@ -67,8 +67,15 @@ fn read(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), &'stat
         return Err("duplicate READ larger than the original");
     }
     let mrs = cx.mrs;
-    let range = remote_range(qp, mrs, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)
-        .map_err(|_| "duplicate READ no longer valid")?;
+    let range = remote_range(
+        qp,
+        (mrs, &*cx.mws),
+        reth.rkey,
+        reth.va,
+        len,
+        AccessFlags::REMOTE_READ,
+    )
+    .map_err(|_| "duplicate READ no longer valid")?;
     reply::read_responses(qp, cx, range, len, p);
     qp.resp.dup_read_answered = Some((p, cx.now));
     Ok(())

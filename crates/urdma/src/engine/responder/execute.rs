@@ -85,7 +85,11 @@ fn complete_recv(
 
 /// End the region `rkey` names for a peer's SEND with invalidate; false if
 /// it is not a region of the QP's PD that allows it.
-fn invalidate(qp: &QpCtx, cx: &Ctx<'_>, rkey: u32) -> bool {
+fn invalidate(qp: &QpCtx, cx: &mut Ctx<'_>, rkey: u32) -> bool {
+    if crate::engine::mw::is_window_key(cx.mws, rkey) {
+        // A type 2 window bound through this QP.
+        return crate::engine::mw::invalidate(cx.mws, qp.qpn, qp.pd, rkey, true);
+    }
     match cx.mrs.get(&rkey) {
         Some(mr) if mr.pd == qp.pd && mr.invalidatable && mr.rkey == rkey => {
             mr.mem.invalidate();

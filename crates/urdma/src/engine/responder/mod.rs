@@ -71,7 +71,7 @@ fn connected(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), R
     let op = check::opcode(qp, pkt)?;
     check::length(qp, pkt, &op)?;
     let mrs = cx.mrs;
-    let target = check::target(qp, mrs, pkt, op)?;
+    let target = check::target(qp, (mrs, &*cx.mws), pkt, op)?;
     let plan = check::resources(qp, cx, pkt, target)?;
     let acknowledged = matches!(plan, Plan::Send { .. } | Plan::Write { .. });
     execute::execute(qp, cx, pkt, plan)?;
