@@ -18,6 +18,7 @@ mod proto;
 mod queues;
 mod raw;
 mod transfer;
+mod windows;
 
 use libtest_mimic::{Arguments, Trial};
 
@@ -71,6 +72,14 @@ fn trials() -> Vec<Trial> {
         trial(
             "cq_resize_keeps_waiting_completions",
             queues::cq_resize_keeps_waiting_completions,
+        ),
+        trial(
+            "mw_type2_grants_then_is_taken_back",
+            windows::type2_window_grants_then_is_taken_back,
+        ),
+        trial(
+            "mw_bounds_rights_and_bad_binds",
+            windows::window_bounds_rights_and_bad_binds,
         ),
         trial(
             "queue_recv_buffer_deregistered",

@@ -57,6 +57,9 @@ struct ibv_qp *rc_qp(struct ibv_cq *cq, struct ibv_srq *srq);
 int connect_qp(struct ibv_qp *qp, uint32_t dest);
 void qp_errors(void);
 
+/* mw.c */
+void memory_windows(void);
+
 /* events.c */
 void events(void);
 

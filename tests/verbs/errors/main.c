@@ -45,8 +45,12 @@ static void queries(void)
 	CHECK(ibv_query_port(ctx, 1, &pattr) == 0 &&
 	      pattr.state == IBV_PORT_ACTIVE &&
 	      pattr.link_layer == IBV_LINK_LAYER_ETHERNET &&
-	      pattr.active_mtu == IBV_MTU_4096 && pattr.gid_tbl_len == 1);
-	NEG_ERRNO(ibv_query_gid(ctx, 1, 1, &g), EINVAL);
+	      pattr.active_mtu == IBV_MTU_4096 && pattr.gid_tbl_len == 16);
+	/* Entry 0 is the device's address; the others are empty. */
+	memset(&g, 0xa5, sizeof(g));
+	CHECK(ibv_query_gid(ctx, 1, 1, &g) == 0 && !g.global.subnet_prefix &&
+	      !g.global.interface_id);
+	NEG_ERRNO(ibv_query_gid(ctx, 1, 16, &g), EINVAL);
 	NEG_ERRNO(ibv_query_gid(ctx, 1, -1, &g), EINVAL);
 	NEG_ERRNO(ibv_query_gid(ctx, 3, 0, &g), EINVAL);
 	CHECK(ibv_query_gid(ctx, 1, 0, &gid) == 0 &&
@@ -55,7 +59,8 @@ static void queries(void)
 	CHECK(ibv_query_gid_ex(ctx, 1, 0, &entry, 0) == 0 &&
 	      entry.gid_type == IBV_GID_TYPE_ROCE_V2 &&
 	      !memcmp(&entry.gid, &gid, sizeof(gid)));
-	RET_ERRNO(ibv_query_gid_ex(ctx, 1, 4, &entry, 0), EINVAL);
+	RET_ERRNO(ibv_query_gid_ex(ctx, 1, 4, &entry, 0), ENODATA);
+	RET_ERRNO(ibv_query_gid_ex(ctx, 1, 16, &entry, 0), EINVAL);
 	RET_ERRNO(ibv_query_gid_ex(ctx, 1, 0, &entry, 1), EINVAL);
 	CHECK(ibv_query_pkey(ctx, 1, 0, &pkey) == 0 && pkey == 0xffff);
 	NEG_ERRNO(ibv_query_pkey(ctx, 1, 1, &pkey), EINVAL);
@@ -260,6 +265,7 @@ int main(void)
 	second_context(list[0]);
 	queries();
 	memory();
+	memory_windows();
 	queues();
 	qp_errors();
 	address_handles();

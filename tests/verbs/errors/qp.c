@@ -178,8 +178,11 @@ void qp_errors(void)
 	/* Bad work requests. */
 	swr.opcode = 99;
 	RET_ERRNO(ibv_post_send(qp, &swr, &bad_s), EINVAL);
-	swr.opcode = IBV_WR_BIND_MW;
+	swr.opcode = IBV_WR_TSO;
 	RET_ERRNO(ibv_post_send(qp, &swr, &bad_s), EOPNOTSUPP);
+	/* A bind that names no window. */
+	swr.opcode = IBV_WR_BIND_MW;
+	RET_ERRNO(ibv_post_send(qp, &swr, &bad_s), EINVAL);
 	swr.opcode = IBV_WR_SEND;
 	swr.num_sge = 3;
 	RET_ERRNO(ibv_post_send(qp, &swr, &bad_s), EINVAL);

@@ -98,6 +98,9 @@ pub fn device_attr_for(config: &DeviceConfig) -> DeviceAttr {
     attr
 }
 
+/// Entries of port 1's GID table.
+pub const GID_TABLE_LEN: u32 = 16;
+
 impl Device {
     /// Open a device on the host's shared NIC (the urdma NIC agent,
     /// started if none runs), or inside this process when
@@ -188,13 +191,16 @@ impl Device {
         &self.inner.attr
     }
 
-    /// Attributes of port 1.
+    /// Attributes of port 1 (its GID table has [`GID_TABLE_LEN`]
+    /// entries, of which [`Device::gid`] 0 is set).
     pub fn port_attr(&self) -> PortAttr {
         PortAttr {
             state: 4,
             max_mtu: Mtu::Mtu4096,
             active_mtu: self.inner.attr.port_mtu,
-            gid_tbl_len: 1,
+            // A table with room, as a port has: entry 0 is the device's
+            // address, the others are empty.
+            gid_tbl_len: GID_TABLE_LEN,
             pkey_tbl_len: 1,
             max_msg_sz: crate::verbs::MAX_MSG_SZ,
             phys_state: 5,

@@ -53,6 +53,22 @@ impl Pd {
         &self.inner.dev
     }
 
+    /// Allocate a memory window of `kind` in this PD; answers its R_Key
+    /// (bind it with [`crate::SendWr::bind_mw`]).
+    pub fn alloc_mw(&self, kind: crate::engine::mw::MwType) -> Result<u32> {
+        let pd = self.inner.pdn;
+        self.inner
+            .dev
+            .call(crate::engine::command::AllocMw { pd, kind })
+    }
+
+    /// Free the memory window of `rkey` (any R_Key it took).
+    pub fn dealloc_mw(&self, rkey: u32) -> Result<()> {
+        self.inner
+            .dev
+            .call(crate::engine::command::DeallocMw { rkey })
+    }
+
     /// Allocate and register `len` zeroed bytes with `access` rights.
     pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Mr> {
         // On the shared NIC the region is shared memory the agent maps.

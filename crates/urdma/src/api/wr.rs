@@ -48,6 +48,24 @@ impl SendWr {
         w
     }
 
+    /// SEND the gather list and invalidate the peer's R_Key `rkey` (a type
+    /// 2 memory window bound through the peer QP).
+    pub fn send_inv(wr_id: u64, sgl: &[MrSlice], rkey: u32) -> Self {
+        Self::new(wr_id, SendOp::SendInv(rkey), sgl, 0, 0)
+    }
+
+    /// Bind a memory window (see [`crate::engine::mw::BindMw`]); executed
+    /// in send-queue order, with no packet.
+    pub fn bind_mw(wr_id: u64, bind: crate::engine::mw::BindMw) -> Self {
+        Self::new(wr_id, SendOp::BindMw(bind), &[], 0, 0)
+    }
+
+    /// Take back the type 2 memory window of `rkey`; executed in
+    /// send-queue order, with no packet.
+    pub fn local_inv(wr_id: u64, rkey: u32) -> Self {
+        Self::new(wr_id, SendOp::LocalInv(rkey), &[], 0, 0)
+    }
+
     /// RDMA WRITE the gather list to `remote_addr`.
     pub fn write(wr_id: u64, sgl: &[MrSlice], remote_addr: u64, rkey: u32) -> Self {
         Self::new(wr_id, SendOp::Write, sgl, remote_addr, rkey)
