@@ -280,3 +280,6 @@ impl super::Engine {
             .any(|m| m.bound.as_ref().is_some_and(|b| b.lkey == key))
     }
 }
+
+#[cfg(test)]
+mod tests;
