@@ -244,9 +244,11 @@ const SEND_OPS_SUPPORTED: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_RDMA_READ
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-    | IBV_QP_EX_WITH_BIND_MW
-    | IBV_QP_EX_WITH_LOCAL_INV
-    | IBV_QP_EX_WITH_SEND_WITH_INV) as u64;
+    | CONNECTED_OPS as u32) as u64;
+
+/// `send_ops_flags` only RC and UC QPs take.
+const CONNECTED_OPS: u64 =
+    (IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV) as u64;
 
 /// `verbs_context::create_qp_ex` (the inline `ibv_create_qp_ex`).
 pub unsafe extern "C" fn create_qp_ex(
@@ -272,6 +274,11 @@ pub unsafe extern "C" fn create_qp_ex(
                 ensure(a.send_ops_flags != 0, libc::EINVAL)?;
                 ensure(
                     a.send_ops_flags & !SEND_OPS_SUPPORTED == 0,
+                    libc::EOPNOTSUPP,
+                )?;
+                // Binds and invalidations are for connected QPs.
+                ensure(
+                    a.qp_type != IBV_QPT_UD || a.send_ops_flags & CONNECTED_OPS == 0,
                     libc::EOPNOTSUPP,
                 )?;
                 send_ops = a.send_ops_flags;

@@ -13,28 +13,36 @@ use super::objects::{enqueue_failed, queue_send, SendRequest};
 use super::qp::QpCtx;
 use super::wqe::SendOp;
 use super::Ctx;
-use crate::types::{AsyncEventKind, QpType, WcStatus, WorkCompletion};
+use crate::types::{AsyncEventKind, QpState, QpType, WcStatus, WorkCompletion};
 
 /// Whether `wr` must be held: a local operation, or anything behind one.
 pub(crate) fn must_hold(qp: &QpCtx, wr: &SendRequest) -> bool {
     wr.op.is_local() || !qp.req.held.is_empty()
 }
 
-/// Run what is held as far as possible: a local operation once the SQ is
-/// empty, the requests behind it into the SQ.
-pub(crate) fn run_held(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+/// Run what is held as far as possible, in RTS only (SQD starts no new
+/// work): a local operation once the SQ is empty, the requests behind it
+/// into the SQ. True if anything ran or moved.
+pub(crate) fn run_held(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> bool {
+    let mut moved = false;
     while let Some(front) = qp.req.held.front() {
-        if front.op.is_local() && !qp.req.sq.is_empty() {
-            return;
+        if qp.state() != QpState::Rts || (front.op.is_local() && !qp.req.sq.is_empty()) {
+            return moved;
         }
         let Some(wr) = qp.req.held.pop_front() else {
-            return;
+            return moved;
         };
+        moved = true;
         if !wr.op.is_local() {
             let (id, op) = (wr.wr_id, wr.op);
             // Checked like any request; a bad one fails in order.
             match queue_send(qp, cx, wr) {
-                Ok(Some(wc)) => qp.push_wc(cx, wc, false, false),
+                Ok(Some(wc)) => {
+                    if let Some(ring) = &qp.rings.sq {
+                        ring.retire(1);
+                    }
+                    qp.push_wc(cx, wc, false, false);
+                }
                 Ok(None) => {}
                 Err(e) => {
                     tracing::debug!(qpn = qp.qpn, error = %e, "send request refused");
@@ -47,9 +55,10 @@ pub(crate) fn run_held(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         complete(qp, cx, &wr, status);
         if status != WcStatus::Success {
             qp.enter_error(cx, Some(AsyncEventKind::QpFatal));
-            return;
+            return true;
         }
     }
+    moved
 }
 
 /// Carry out a local operation: its completion status.

@@ -109,6 +109,11 @@ pub fn pump_rings(qp: &mut QpCtx, cx: &mut Ctx<'_>, transmit: impl Fn(&mut QpCtx
     for _ in 0..MAX_ARM_ROUNDS {
         pull_sends(qp, cx);
         transmit(qp, cx);
+        // What the transmission completed (UC: at once) may release a
+        // local operation and the requests behind it.
+        if super::local_ops::run_held(qp, cx) {
+            continue;
+        }
         if settled(qp) {
             return;
         }

@@ -112,18 +112,28 @@ pub fn bind(
     let access = AccessFlags::from_bits(b.access)
         .filter(|a| WINDOW_RIGHTS.contains(*a))
         .ok_or_else(|| refuse("rights a window cannot grant"))?;
-    if mw.kind == MwType::Type2 && mw.pd != pd {
+    // The QP, the window and the region share one PD.
+    if mw.pd != pd {
         return Err(refuse("a window of another PD"));
     }
     if mw.kind == MwType::Type2 && mw.bound.is_some() {
         return Err(refuse("a type 2 window still bound"));
     }
-    if mw.kind == MwType::Type1 && b.len == 0 {
-        // A zero-length bind takes a type 1 window back.
+    if b.len == 0 && b.lkey == 0 {
+        // A zero-length bind naming no region: it takes a type 1 window
+        // back; a type 2 window is bound to nothing (no access at all)
+        // until invalidated.
+        let kind = mw.kind;
         let mw = mws
             .get_mut(&index_of(b.mw_rkey))
             .ok_or(WcStatus::MwBindErr)?;
-        mw.bound = None;
+        mw.bound = (kind == MwType::Type2).then_some(Binding {
+            lkey: 0,
+            addr: b.addr,
+            len: 0,
+            access,
+            qpn: Some(qpn),
+        });
         mw.rkey = b.new_rkey;
         return Ok(());
     }
@@ -163,27 +173,35 @@ pub fn bind(
     Ok(())
 }
 
-/// Take back the type 2 window `rkey` names, for QP `qpn` of PD `pd`
-/// (`remote`: a peer's SEND with invalidate, which must come through the
-/// QP the window was bound through); false if `rkey` names no such bound
-/// window.
+/// Take back the type 2 window `rkey` names, for QP `qpn` of PD `pd`.
+/// `remote`: a peer's SEND with invalidate, which must find the window
+/// bound through that QP; a local invalidation of a window already taken
+/// back (a peer's invalidation came first) succeeds. False if `rkey`
+/// names no such window.
 pub fn invalidate(mws: &mut MwTable, qpn: u32, pd: u32, rkey: u32, remote: bool) -> bool {
     let Some(mw) = mws.get_mut(&index_of(rkey)) else {
         return false;
     };
+    if mw.rkey != rkey || mw.kind != MwType::Type2 || mw.pd != pd {
+        return false;
+    }
     let ok = match &mw.bound {
-        Some(b) => {
-            mw.rkey == rkey
-                && mw.kind == MwType::Type2
-                && mw.pd == pd
-                && (!remote || b.qpn == Some(qpn))
-        }
-        None => false,
+        Some(b) => !remote || b.qpn == Some(qpn),
+        None => !remote,
     };
     if ok {
         mw.bound = None;
     }
     ok
+}
+
+/// Take back the type 2 windows bound through QP `qpn` (it is destroyed).
+pub fn forget_qp(mws: &mut MwTable, qpn: u32) {
+    for mw in mws.values_mut() {
+        if mw.bound.as_ref().is_some_and(|b| b.qpn == Some(qpn)) {
+            mw.bound = None;
+        }
+    }
 }
 
 /// Whether `rkey` names a window (bound or not).
@@ -243,10 +261,10 @@ impl super::Engine {
         // window may take is free.
         let index = loop {
             let i: u32 = self.rng.gen::<u32>() >> 8;
-            let taken = self.mws.contains_key(&i)
-                || self.mrs.keys().any(|k| index_of(*k) == i)
+            let taken = i == 0
+                || self.mws.contains_key(&i)
                 || super::objects::is_kernel_key(i << 8)
-                || i == 0;
+                || (0..=0xffu32).any(|low| self.mrs.contains_key(&((i << 8) | low)));
             if !taken {
                 break i;
             }

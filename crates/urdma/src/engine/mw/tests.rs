@@ -153,6 +153,18 @@ fn a_type_1_window_is_taken_back_by_a_zero_length_bind_only() {
     let m = mrs(A::LOCAL_WRITE | A::MW_BIND);
     let (mut mws, rkey) = window(MwType::Type1);
     let b = bind_req(rkey, BASE, 64, A::REMOTE_READ);
+    // The QP, the window and the region share one PD, for type 1 too
+    // (another program's QP cannot move the window).
+    assert_eq!(bind(&mut mws, &m, QP, PD + 1, &b), Err(WcStatus::MwBindErr));
+    let unbind_foreign = BindMw {
+        len: 0,
+        lkey: 0,
+        ..b
+    };
+    assert_eq!(
+        bind(&mut mws, &m, QP, PD + 1, &unbind_foreign),
+        Err(WcStatus::MwBindErr)
+    );
     bind(&mut mws, &m, QP, PD, &b).unwrap();
     // Any QP of the PD reaches a type 1 window.
     assert!(
@@ -174,4 +186,23 @@ fn a_type_1_window_is_taken_back_by_a_zero_length_bind_only() {
     };
     assert_eq!(bind(&mut mws, &m, QP, PD, &unbind), Ok(()));
     assert!(mws[&index_of(rkey)].bound.is_none());
+}
+
+#[test]
+fn a_destroyed_qp_takes_its_type_2_windows_back_and_a_late_local_invalidation_succeeds() {
+    let m = mrs(A::LOCAL_WRITE | A::MW_BIND);
+    let (mut mws, rkey) = window(MwType::Type2);
+    let b = bind_req(rkey, BASE, 64, A::REMOTE_WRITE);
+    bind(&mut mws, &m, QP, PD, &b).unwrap();
+    forget_qp(&mut mws, QP + 1);
+    assert!(
+        mws[&index_of(rkey)].bound.is_some(),
+        "another QP's destruction"
+    );
+    forget_qp(&mut mws, QP);
+    assert!(mws[&index_of(rkey)].bound.is_none());
+    // Already taken back: a local invalidation still succeeds, a remote
+    // one does not.
+    assert!(!invalidate(&mut mws, QP, PD, b.new_rkey, true));
+    assert!(invalidate(&mut mws, QP, PD, b.new_rkey, false));
 }

@@ -278,8 +278,10 @@ impl Engine {
     pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
         self.qps
             .remove(&qpn)
-            .map(|_| ())
-            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))
+            .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        // The type 2 windows bound through it are reached through nothing.
+        super::mw::forget_qp(&mut self.mws, qpn);
+        Ok(())
     }
 
     /// True if some QP uses the CQ.

@@ -14,6 +14,7 @@
 
 mod duplicates;
 mod invalidate;
+mod local_ops;
 mod loss;
 mod peer;
 mod responses;
@@ -129,6 +130,7 @@ fn tick(now: &mut u64, t: u64) {
 pub(super) struct Node {
     pub eng: Engine,
     pub qpn: u32,
+    pub qp_type: QpType,
     pub psn: u32,
     pub mr: Arc<MrEntry>,
     scq: Arc<CqShared>,
@@ -137,8 +139,13 @@ pub(super) struct Node {
 }
 
 impl Node {
-    /// A device at 127.0.0.`host`:4791 with a QP in RESET.
+    /// A device at 127.0.0.`host`:4791 with an RC QP in RESET.
     fn new(host: u8) -> Node {
+        Node::of_type(host, QpType::Rc)
+    }
+
+    /// A device at 127.0.0.`host`:4791 with a QP of `qp_type` in RESET.
+    fn of_type(host: u8, qp_type: QpType) -> Node {
         let addr = SocketAddr::from(([127, 0, 0, host], 4791));
         let mut eng = Engine::new(addr, DeviceAttr::default(), Some(u64::from(host)));
         let pd = eng.call(0, AllocPd {}).expect("pd");
@@ -155,7 +162,7 @@ impl Node {
         let rcq = Arc::new(CqShared::new(2, 256));
         let create = CreateQp {
             pd,
-            qp_type: QpType::Rc,
+            qp_type,
             cap: QpCap::default(),
             sq_sig_all: false,
             send_cq: scq.clone(),
@@ -166,6 +173,7 @@ impl Node {
         Node {
             eng,
             qpn,
+            qp_type,
             psn: 0,
             mr,
             scq,
@@ -183,7 +191,7 @@ impl Node {
             psn: rpsn,
             mtu: Mtu::Mtu1024,
         };
-        for (attr, mask) in connect_steps(QpType::Rc, &remote, psn, o) {
+        for (attr, mask) in connect_steps(self.qp_type, &remote, psn, o) {
             self.eng
                 .modify_qp(0, self.qpn, &attr, mask)
                 .expect("modify_qp");
@@ -317,7 +325,16 @@ pub(super) struct Pair {
 impl Pair {
     /// A at 127.0.0.1 sending from `psn_a` with `oa`; B at 127.0.0.2, `psn_b`, `ob`.
     pub fn new(psn_a: u32, oa: &ConnectOptions, psn_b: u32, ob: &ConnectOptions) -> Pair {
-        let (mut a, mut b) = (Node::new(1), Node::new(2));
+        Pair::of_type(QpType::Rc, (psn_a, oa), (psn_b, ob))
+    }
+
+    /// As [`Pair::new`], with QPs of `qp_type` (RC or UC).
+    pub fn of_type(
+        qp_type: QpType,
+        (psn_a, oa): (u32, &ConnectOptions),
+        (psn_b, ob): (u32, &ConnectOptions),
+    ) -> Pair {
+        let (mut a, mut b) = (Node::of_type(1, qp_type), Node::of_type(2, qp_type));
         let (aa, ab, qa, qb) = (a.addr(), b.addr(), a.qpn, b.qpn);
         a.connect(psn_a, ab, qb, psn_b, oa);
         b.connect(psn_b, aa, qa, psn_a, ob);
