@@ -13,8 +13,12 @@
 # errors (access) and one of every operation with a packet dropped by a
 # tc filter for a sequence NAK (golden).
 #
+# Last, rdma-core's pyverbs suite runs on rxe0 alone (case pyverbs), the
+# reference for the counts urdma's drop-in library gets (tests/pyverbs/run).
+#
 # Prints "ok - rxe: NAME" / "FAIL - rxe: NAME" per run and, as information
-# (not pass/fail), "# figure:" lines with each pair's bandwidth or latency.
+# (not pass/fail), "# figure:" lines with each pair's bandwidth or latency
+# and the pyverbs counts on rxe.
 #
 # Environment: URDMA (the urdma binary), RXE_TIMEOUT (seconds per program,
 # default 180), RXE_CASES (a subset of the case names below, for experiments),
@@ -399,6 +403,28 @@ if [ -n "${RXE_GOLDEN:-}" ]; then
   base64 -w 76 "$W/golden.pcap"
   echo "=== rxe-golden.pcap end"
 fi
+
+# rdma-core's pyverbs suite on rxe0 (its RoCE v2 GID): the reference for
+# the counts of urdma's drop-in library (tests/pyverbs/run). The counts are
+# information; the check is that the suite ran.
+pyverbs_on_rxe() {
+  local out=$W/pyverbs-rxe.out
+  rm -rf "$W/pyverbs" && cp -r /usr/share/doc/rdma-core/tests "$W/pyverbs" && gunzip -f "$W"/pyverbs/*.gz
+  (cd "$W" && timeout -k 5 600 python3 pyverbs/run_tests.py --dev rxe0 --gid "$GR" -v >"$out" 2>&1)
+  local ran oks errs skips
+  ran=$(grep -oE '^Ran [0-9]+' "$out" | grep -oE '[0-9]+')
+  oks=$(grep -cE '\.\.\. ok$' "$out")
+  errs=$(grep -cE '^(ERROR|FAIL): ' "$out")
+  skips=$(grep -cE '\.\.\. skipped ' "$out")
+  if [ -n "$ran" ]; then
+    ok "pyverbs suite on rxe0 ran"
+    echo "    # figure: pyverbs on rxe0: $ran run, $oks ok, $skips skipped, $errs errors or failures$(grep -E '^(ERROR|FAIL): ' "$out" | sed -E 's/^(ERROR|FAIL): ([^ ]*).*/ \2/' | tr -d '\n')"
+  else
+    fail "pyverbs suite on rxe0 ran"
+    tail -n 20 "$out" | sed 's/^/    /'
+  fi
+}
+case " ${RXE_CASES:-pyverbs} " in *" pyverbs "*) pyverbs_on_rxe ;; esac
 
 dmesg | grep -E "WARNING|BUG:|Oops|Call Trace" >"$W/dmesg" && { fail "kernel log clean"; cat "$W/dmesg"; } || ok "kernel log clean"
 trap - EXIT
