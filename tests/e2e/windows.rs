@@ -5,7 +5,7 @@
 use crate::harness::{assert_wc, check, sge, wait_wc, Fixture, ALL};
 use crate::proto::{ConnOpts, WrSpec};
 use urdma::engine::mw::{BindMw, MwType};
-use urdma::{AccessFlags, Mr, SendWr, WcOpcode, WcStatus};
+use urdma::{AccessFlags, Mr, Qp, SendWr, WcOpcode, WcStatus};
 
 /// Where the window starts in the region.
 const WIN_OFF: usize = 1024;
@@ -26,6 +26,16 @@ fn bind_of(mr: &Mr, rkey: u32, access: AccessFlags) -> BindMw {
         len: WIN_LEN as u64,
         access: access.bits(),
     }
+}
+
+/// A new window of `kind` bound (work request 1 on `qp`) to the window
+/// of `mr` with `access`: its bind.
+fn bound(f: &Fixture, qp: &Qp, mr: &Mr, kind: MwType, access: AccessFlags) -> BindMw {
+    let rkey = f.pd.alloc_mw(kind).expect("alloc_mw");
+    let bind = bind_of(mr, rkey, access);
+    qp.post_send(SendWr::bind_mw(1, bind)).expect("bind");
+    assert_wc(&wait_wc(&f.cq), 1, WcStatus::Success, WcOpcode::BindMw);
+    bind
 }
 
 /// The peer's RDMA WRITE of 64 bytes (pattern 7) at `off` of the region
@@ -50,10 +60,7 @@ pub fn type2_window_grants_then_is_taken_back() {
     let mut f = Fixture::new();
     let l = f.connect(&ConnOpts::default());
     let mr = region(&f);
-    let rkey = f.pd.alloc_mw(MwType::Type2).expect("alloc_mw");
-    let bind = bind_of(&mr, rkey, AccessFlags::REMOTE_WRITE);
-    l.qp.post_send(SendWr::bind_mw(1, bind)).expect("bind");
-    assert_wc(&wait_wc(&f.cq), 1, WcStatus::Success, WcOpcode::BindMw);
+    let bind = bound(&f, &l.qp, &mr, MwType::Type2, AccessFlags::REMOTE_WRITE);
     let at = WIN_OFF + 64;
     assert_eq!(
         peer_write(&mut f, l.pqp, &mr, at, bind.new_rkey),
@@ -77,10 +84,7 @@ pub fn window_bounds_rights_and_bad_binds() {
     let mut f = Fixture::new();
     let l = f.connect(&ConnOpts::default());
     let mr = region(&f);
-    let rkey = f.pd.alloc_mw(MwType::Type2).expect("alloc_mw");
-    let bind = bind_of(&mr, rkey, AccessFlags::REMOTE_READ);
-    l.qp.post_send(SendWr::bind_mw(1, bind)).expect("bind");
-    assert_wc(&wait_wc(&f.cq), 1, WcStatus::Success, WcOpcode::BindMw);
+    let bind = bound(&f, &l.qp, &mr, MwType::Type2, AccessFlags::REMOTE_READ);
     let status = peer_write(&mut f, l.pqp, &mr, WIN_OFF, bind.new_rkey);
     assert_eq!(
         status,
@@ -89,10 +93,7 @@ pub fn window_bounds_rights_and_bad_binds() {
     );
 
     let l = f.connect(&ConnOpts::default());
-    let rkey = f.pd.alloc_mw(MwType::Type1).expect("alloc_mw");
-    let bind = bind_of(&mr, rkey, AccessFlags::REMOTE_WRITE);
-    l.qp.post_send(SendWr::bind_mw(1, bind)).expect("bind");
-    assert_wc(&wait_wc(&f.cq), 1, WcStatus::Success, WcOpcode::BindMw);
+    let bind = bound(&f, &l.qp, &mr, MwType::Type1, AccessFlags::REMOTE_WRITE);
     let past = WIN_OFF + WIN_LEN - 32;
     let status = peer_write(&mut f, l.pqp, &mr, past, bind.new_rkey);
     assert_eq!(

@@ -103,6 +103,27 @@ fn an_unanswered_sidr_request_is_unreachable_after_its_retries() {
     assert_eq!(events(&mut a), vec![CmEvent::Unreachable { id: ida }]);
 }
 
+/// Hand `rej` to `to` as from A.
+fn take_rej(to: &mut Cm, rej: Rej) {
+    to.handle(
+        0,
+        addr(A),
+        &CmMad {
+            tid: 1,
+            msg: CmMessage::Rej(rej),
+        },
+    );
+}
+
+/// `c` reported exactly that connection `id` was rejected for `reason`.
+fn assert_rejected(c: &mut Cm, id: ConnId, reason: u16) {
+    let ev = events(c);
+    assert!(
+        matches!(&ev[..], [CmEvent::Rejected { id: i, reason: r, .. }] if *i == id && *r == reason),
+        "{ev:?}"
+    );
+}
+
 /// The REJ `from` sent.
 fn rej_of(from: &mut Cm) -> Rej {
     let out: Vec<Outgoing> = from.drain_tx().collect();
@@ -130,18 +151,8 @@ fn a_requester_that_goes_away_withdraws_its_req_with_a_timeout_rej() {
         (rej_reason::TIMEOUT, 0, 8)
     );
     assert_eq!(rej.ari[..8], 1u64.to_be_bytes());
-    b.handle(
-        0,
-        addr(A),
-        &CmMad {
-            tid: 1,
-            msg: CmMessage::Rej(rej),
-        },
-    );
-    assert!(matches!(
-        events(&mut b)[..],
-        [CmEvent::Rejected { id, reason: rej_reason::TIMEOUT, .. }] if id == idb
-    ));
+    take_rej(&mut b, rej);
+    assert_rejected(&mut b, idb, rej_reason::TIMEOUT);
     assert_eq!(b.state(idb), None);
 }
 
@@ -151,10 +162,7 @@ fn a_listener_that_goes_away_rejects_the_req_it_holds() {
     let (ida, idb) = requested(&mut a, &mut b);
     assert!(b.destroy(0, idb));
     deliver(0, &mut b, B, &mut a, all);
-    assert!(matches!(
-        events(&mut a)[..],
-        [CmEvent::Rejected { id, reason: rej_reason::CONSUMER_DEFINED, .. }] if id == ida
-    ));
+    assert_rejected(&mut a, ida, rej_reason::CONSUMER_DEFINED);
     assert_eq!((a.state(ida), b.state(idb)), (None, None));
 }
 
@@ -175,10 +183,7 @@ fn a_passive_side_that_goes_away_after_its_rep_rejects_and_waits_in_timewait() {
     assert!(b.destroy(0, idb));
     assert_eq!(b.state(idb), Some("TIMEWAIT"));
     deliver(0, &mut b, B, &mut a, all);
-    assert!(matches!(
-        events(&mut a)[..],
-        [CmEvent::Rejected { id, reason: rej_reason::CONSUMER_DEFINED, .. }] if id == ida
-    ));
+    assert_rejected(&mut a, ida, rej_reason::CONSUMER_DEFINED);
     assert_eq!(events(&mut b), vec![], "its consumer is gone");
 }
 
@@ -241,14 +246,7 @@ fn a_destroy_in_every_state_leaves_no_event_and_no_timer_behind() {
     assert!(a.destroy(0, ida));
     let rej = rej_of(&mut a);
     assert_eq!((rej.remote_comm_id, rej.reason), (idb, rej_reason::TIMEOUT));
-    b.handle(
-        0,
-        addr(A),
-        &CmMad {
-            tid: 1,
-            msg: CmMessage::Rej(rej),
-        },
-    );
+    take_rej(&mut b, rej);
     assert!(matches!(events(&mut b)[..], [CmEvent::Rejected { id, .. }] if id == idb));
     assert_eq!((run_out(&mut a), b.state(idb)), (vec![], None));
 
@@ -264,10 +262,7 @@ fn a_destroy_in_every_state_leaves_no_event_and_no_timer_behind() {
     events(&mut a);
     assert!(a.destroy(0, ida));
     deliver(0, &mut a, A, &mut b, all);
-    assert!(matches!(
-        events(&mut b)[..],
-        [CmEvent::Rejected { id, reason: rej_reason::CONSUMER_DEFINED, .. }] if id == idb
-    ));
+    assert_rejected(&mut b, idb, rej_reason::CONSUMER_DEFINED);
     assert_eq!(run_out(&mut a), vec![]);
 
     // SIDR_REQ_SENT: a late SIDR_REP is neither claimed nor reported.
@@ -299,10 +294,7 @@ fn a_rej_after_the_rtu_ends_the_connection_with_rejected() {
     a.drain_tx().for_each(drop);
     assert!(b.destroy(0, idb));
     deliver(0, &mut b, B, &mut a, all);
-    assert!(matches!(
-        events(&mut a)[..],
-        [CmEvent::Rejected { id, reason: rej_reason::CONSUMER_DEFINED, .. }] if id == ida
-    ));
+    assert_rejected(&mut a, ida, rej_reason::CONSUMER_DEFINED);
     assert_eq!(a.state(ida), Some("TIMEWAIT"));
     assert_eq!(run_out(&mut a), vec![]);
 }
@@ -345,26 +337,9 @@ fn a_withdrawal_reaches_a_passive_side_whose_rep_was_lost() {
     // Another CA's withdrawal of the same ID is not ours.
     let mut other = rej.clone();
     other.ari[..8].copy_from_slice(&9u64.to_be_bytes());
-    b.handle(
-        0,
-        addr(A),
-        &CmMad {
-            tid: 1,
-            msg: CmMessage::Rej(other),
-        },
-    );
+    take_rej(&mut b, other);
     assert_eq!(b.state(idb), Some("REP_SENT"));
-    b.handle(
-        0,
-        addr(A),
-        &CmMad {
-            tid: 1,
-            msg: CmMessage::Rej(rej),
-        },
-    );
-    assert!(matches!(
-        events(&mut b)[..],
-        [CmEvent::Rejected { id, reason: rej_reason::TIMEOUT, .. }] if id == idb
-    ));
+    take_rej(&mut b, rej);
+    assert_rejected(&mut b, idb, rej_reason::TIMEOUT);
     assert_eq!(b.state(idb), None);
 }

@@ -31,31 +31,36 @@ fn window(p: &mut Pair) -> BindMw {
     }
 }
 
+/// A posts a WRITE (1), a bind (2), then another WRITE (3).
+fn write_bind_write(p: &mut Pair) {
+    let b = window(p);
+    let to = (p.n[B].va(0), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Write, (0, 16), to);
+    p.n[A].post(0, 2, SendOp::BindMw(b), (0, 0), (0, 0));
+    p.n[A].post(0, 3, SendOp::Write, (0, 16), to);
+}
+
+/// The completions of [`write_bind_write`], in posting order.
+const IN_ORDER: [(u64, WcStatus, WcOpcode); 3] = [
+    (1, WcStatus::Success, WcOpcode::RdmaWrite),
+    (2, WcStatus::Success, WcOpcode::BindMw),
+    (3, WcStatus::Success, WcOpcode::RdmaWrite),
+];
+
 /// Rule (IBTA 10.6.7.2.2 and o10-39): a bind is executed in order with
 /// the work requests of its send queue: it waits until the WRITE before
 /// it has completed, and the WRITE after it is not transmitted before it.
 #[test]
 fn a_bind_waits_for_the_work_before_it_and_holds_the_work_after_it() {
     let mut p = Pair::new(0x100, &opts(), 0x200, &opts());
-    let b = window(&mut p);
-    let to = (p.n[B].va(0), p.n[B].mr.rkey);
-    p.n[A].post(0, 1, SendOp::Write, (0, 16), to);
-    p.n[A].post(0, 2, SendOp::BindMw(b), (0, 0), (0, 0));
-    p.n[A].post(0, 3, SendOp::Write, (0, 16), to);
+    write_bind_write(&mut p);
     let sent = p.deliver_all(A);
     assert_eq!(sent.len(), 1, "only the WRITE before the bind leaves");
     assert!(p.n[A].send_wcs().is_empty());
     p.deliver_all(B);
     assert_eq!(p.deliver_all(A).len(), 1, "the WRITE after the bind leaves");
     p.deliver_all(B);
-    assert_eq!(
-        wc_summary(&p.n[A].send_wcs()),
-        [
-            (1, WcStatus::Success, WcOpcode::RdmaWrite),
-            (2, WcStatus::Success, WcOpcode::BindMw),
-            (3, WcStatus::Success, WcOpcode::RdmaWrite),
-        ]
-    );
+    assert_eq!(wc_summary(&p.n[A].send_wcs()), IN_ORDER);
 }
 
 /// On UC nothing acknowledges: a bind behind a WRITE runs once the WRITE
@@ -63,20 +68,9 @@ fn a_bind_waits_for_the_work_before_it_and_holds_the_work_after_it() {
 #[test]
 fn a_uc_bind_behind_a_write_runs_once_the_write_is_sent() {
     let mut p = Pair::of_type(QpType::Uc, (0x100, &opts()), (0x200, &opts()));
-    let b = window(&mut p);
-    let to = (p.n[B].va(0), p.n[B].mr.rkey);
-    p.n[A].post(0, 1, SendOp::Write, (0, 16), to);
-    p.n[A].post(0, 2, SendOp::BindMw(b), (0, 0), (0, 0));
-    p.n[A].post(0, 3, SendOp::Write, (0, 16), to);
+    write_bind_write(&mut p);
     assert_eq!(p.deliver_all(A).len(), 2, "both WRITEs leave");
-    assert_eq!(
-        wc_summary(&p.n[A].send_wcs()),
-        [
-            (1, WcStatus::Success, WcOpcode::RdmaWrite),
-            (2, WcStatus::Success, WcOpcode::BindMw),
-            (3, WcStatus::Success, WcOpcode::RdmaWrite),
-        ]
-    );
+    assert_eq!(wc_summary(&p.n[A].send_wcs()), IN_ORDER);
 }
 
 /// SQD starts no new work: a bind posted while the QP drains waits for
