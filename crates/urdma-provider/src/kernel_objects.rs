@@ -166,6 +166,72 @@ pub unsafe extern "C" fn reg_mr(
     })
 }
 
+/// `rereg_mr`: the NIC's MR takes its new PD, translation or access;
+/// then the kernel's record of it is made again (as it is now, under the
+/// NIC's keys), so that the kernel counts it in its PD. If the kernel
+/// refuses the new record, the region stays the NIC's alone.
+pub unsafe extern "C" fn rereg_mr(
+    mr: *mut verbs_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: the caller's contract is the verbs'; ibv_mr is the first
+        // field of verbs_mr.
+        let rc = unsafe { v::pd::rereg_mr(mr.cast(), flags, pd, addr, length, access) };
+        if rc != 0 || !is_backed(mr) {
+            return rc;
+        }
+        // SAFETY: mr is a live MR with a kernel record; its old record
+        // goes first.
+        if unsafe { destroy_in_kernel(mr, ibv_cmd_dereg_mr) } != 0 {
+            return 0;
+        }
+        let Ok(m) = v::pd::Mr::from_ptr(mr.cast()) else {
+            return 0;
+        };
+        let (pd, addr, length, iova) = (m.ibv.pd, m.ibv.addr, m.ibv.length, m.entry.iova);
+        let (lkey, rkey, access) = (m.ibv.lkey, m.ibv.rkey, m.access);
+        if !is_backed(pd) {
+            return 0;
+        }
+        let mut cmd = RegMrCmd {
+            lkey,
+            rkey,
+            ..RegMrCmd::default()
+        };
+        let mut resp = ib_uverbs_reg_mr_resp::default();
+        // SAFETY: pd and mr are live; the buffers are live and their sizes
+        // are theirs.
+        let rc = unsafe {
+            ibv_cmd_reg_mr(
+                pd,
+                addr,
+                length,
+                iova,
+                access,
+                mr,
+                &mut cmd,
+                std::mem::size_of_val(&cmd),
+                &mut resp,
+                std::mem::size_of_val(&resp),
+            )
+        };
+        if rc == 0 {
+            mark(mr);
+        }
+        // SAFETY: as above; the keys stay the NIC's.
+        unsafe {
+            (*mr).ibv_mr.lkey = lkey;
+            (*mr).ibv_mr.rkey = rkey;
+        }
+        0
+    })
+}
+
 /// `dereg_mr`: the kernel's record, then the NIC's MR.
 pub unsafe extern "C" fn dereg_mr(mr: *mut verbs_mr) -> c_int {
     guard(libc::EIO, || {

@@ -2,23 +2,10 @@
 //! [`urdma_verbs`], with adapters where the provider interface passes
 //! different arguments than the public verbs.
 
-use crate::driver::{verbs_context_ops, verbs_mr};
-use std::os::raw::{c_int, c_void};
+use crate::driver::verbs_context_ops;
+use std::os::raw::c_int;
 use urdma_verbs as v;
 use urdma_verbs::sys::*;
-
-/// `rereg_mr`
-unsafe extern "C" fn rereg_mr(
-    mr: *mut verbs_mr,
-    flags: c_int,
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    access: c_int,
-) -> c_int {
-    // SAFETY: ibv_mr is the first field of verbs_mr.
-    unsafe { v::pd::rereg_mr(mr.cast(), flags, pd, addr, length, access) }
-}
 
 /// `query_port`: the library passes a full `struct ibv_port_attr`.
 unsafe extern "C" fn query_port(
@@ -72,7 +59,7 @@ pub static CONTEXT_OPS: verbs_context_ops = verbs_context_ops {
     query_srq: Some(v::srq::query_srq),
     reg_mr: Some(crate::kernel_objects::reg_mr),
     req_notify_cq: Some(v::cq::req_notify_cq),
-    rereg_mr: Some(rereg_mr),
+    rereg_mr: Some(crate::kernel_objects::rereg_mr),
     resize_cq: Some(v::cq::resize_cq),
     set_ece: Some(v::misc::set_ece),
     ..NONE

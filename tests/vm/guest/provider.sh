@@ -143,7 +143,8 @@ if [ -z "$unknown" ] && grep -q '^Ran ' /tmp/pyverbs.out; then
   ok "pyverbs suite: no error ($summary; $(grep -c '\.\.\. ok$' /tmp/pyverbs.out) ok)"
 else
   fail "pyverbs suite: no error ($summary)"
-  echo "$unknown" | sed 's/^/    /'
+  # Each error with its traceback.
+  awk '/^(ERROR|FAIL): /{p=1} /^-{20,}$/{if(p)n++; if(n>=2){p=0;n=0}} p' /tmp/pyverbs.out | head -n 80 | sed 's/^/    /'
 fi
 # Asynchronous events through the kernel's event file: an SRQ below its
 # limit, a WRITE with a wrong R_Key (QP access error, last WQE reached).
