@@ -165,6 +165,7 @@ pub unsafe extern "C" fn bind_mw(
                 signaled: b.send_flags & IBV_SEND_SIGNALED != 0,
                 solicited: false,
                 ud: None,
+                fence: b.send_flags & IBV_SEND_FENCE != 0,
             };
             q.dev
                 .device

@@ -12,11 +12,8 @@ use urdma::engine::{RecvRequest, SendData, SendRequest, SgEntry};
 use urdma::engine::{SendOp, UdDest};
 use urdma::QpType;
 
-/// Send flags accepted. The engine has no fence: IBV_SEND_FENCE is
-/// accepted and has no effect beyond the engine's in-order processing (a
-/// request is transmitted, and executed by the responder, after every
-/// request posted before it, but it does not wait for earlier READ or
-/// atomic responses to arrive).
+/// Send flags accepted. A request with IBV_SEND_FENCE starts only once
+/// every READ and atomic posted before it has completed.
 const SEND_FLAGS_KNOWN: c_uint =
     IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
 
@@ -169,6 +166,7 @@ fn convert_send(q: &Qp, w: &ibv_send_wr) -> VResult<SendRequest> {
         signaled: w.send_flags & IBV_SEND_SIGNALED != 0,
         solicited: w.send_flags & IBV_SEND_SOLICITED != 0,
         ud,
+        fence: w.send_flags & IBV_SEND_FENCE != 0,
     })
 }
 

@@ -87,6 +87,7 @@ fn begin(qp: *mut ibv_qp_ex, op: VResult<SendOp>, remote_va: u64, rkey: u32) {
             signaled: flags & IBV_SEND_SIGNALED != 0,
             solicited: flags & IBV_SEND_SOLICITED != 0,
             ud: None,
+            fence: flags & IBV_SEND_FENCE != 0,
         });
         b.inline
             .push(flags & IBV_SEND_INLINE != 0 && may_inline(op));

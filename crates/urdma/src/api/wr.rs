@@ -15,6 +15,7 @@ pub struct SendWr {
     rkey: u32,
     signaled: bool,
     solicited: bool,
+    fence: bool,
 }
 
 impl SendWr {
@@ -28,6 +29,7 @@ impl SendWr {
             rkey,
             signaled: true,
             solicited: false,
+            fence: false,
         }
     }
 
@@ -129,6 +131,13 @@ impl SendWr {
         self
     }
 
+    /// Start only once every READ and atomic posted before it has
+    /// completed (`IBV_SEND_FENCE`).
+    pub fn fenced(mut self) -> Self {
+        self.fence = true;
+        self
+    }
+
     pub(crate) fn into_request(self) -> SendRequest {
         let data = match self.inline {
             Some(b) => SendData::Inline(b),
@@ -143,6 +152,7 @@ impl SendWr {
             signaled: self.signaled,
             solicited: self.solicited,
             ud: None,
+            fence: self.fence,
         }
     }
 }

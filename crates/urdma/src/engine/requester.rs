@@ -51,6 +51,11 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             }
             return;
         }
+        // A fenced request waits for the READs and atomics before it to
+        // complete (their responses to arrive).
+        if wqe.fence && qp.req.sq.iter().take(pos).any(|w| w.op.is_read_or_atomic()) {
+            break;
+        }
         let cur = psn::add(wqe.first_psn, qp.req.send_pkt);
         if rc && psn::diff(cur, qp.req.una) >= qp.req.window.size() as i32 {
             break;
@@ -314,6 +319,7 @@ mod tests {
             first_psn: 0,
             npsn,
             local_error: None,
+            fence: false,
         }
     }
 

@@ -166,6 +166,8 @@ pub struct SendWqe {
     pub npsn: u32,
     /// A local error found at post time, reported when the WQE is reached.
     pub local_error: Option<crate::types::WcStatus>,
+    /// Start only once every READ and atomic before it has completed.
+    pub fence: bool,
 }
 
 /// A posted receive work request.

@@ -495,6 +495,9 @@ impl KernelRc {
             signaled: true,
             solicited: p.solicited,
             ud: None,
+            // Kernel consumers' requests run in order; the channel carries
+            // no fence.
+            fence: false,
         };
         match driver.call(PostSend { qpn: p.qpn, wr }) {
             Ok(()) => Vec::new(),

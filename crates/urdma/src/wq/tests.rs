@@ -76,9 +76,26 @@ fn worst_case_send_requests_fit_their_slots() {
             qpn: u32::MAX,
             qkey: u32::MAX,
         }),
+        fence: true,
     };
     let ring = WorkRing::new_shared(1, send_slot_len(32, 0)).unwrap();
     ring.push(&wr).unwrap();
+    // The largest operation: a window bind.
+    let bind = SendRequest {
+        op: SendOp::BindMw(crate::engine::mw::BindMw {
+            mw_rkey: u32::MAX,
+            new_rkey: u32::MAX,
+            lkey: u32::MAX,
+            addr: u64::MAX,
+            len: u64::MAX,
+            access: u32::MAX,
+        }),
+        ..wr.clone()
+    };
+    WorkRing::new_shared(1, send_slot_len(32, 0))
+        .unwrap()
+        .push(&bind)
+        .unwrap();
     let inline = SendRequest {
         op: SendOp::CompSwap {
             compare: u64::MAX,

@@ -82,6 +82,7 @@ fn dead_peer_check(wl: &mut Workload, seed: u64) -> Result<u64, String> {
             signaled,
             solicited: false,
             ud: None,
+            fence: false,
         };
         wl.net
             .with_engine(da, |e, now| e.call(now, PostSend { qpn, wr: req }))
@@ -178,6 +179,7 @@ fn dead_peer_check(wl: &mut Workload, seed: u64) -> Result<u64, String> {
         signaled: false,
         solicited: false,
         ud: None,
+        fence: false,
     };
     wl.net
         .with_engine(da, |e, now| e.call(now, PostSend { qpn, wr: req }))

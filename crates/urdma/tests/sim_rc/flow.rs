@@ -346,5 +346,6 @@ pub(crate) fn send_request(
         signaled: w.signaled,
         solicited: w.solicited,
         ud: None,
+        fence: false,
     }
 }

@@ -58,6 +58,9 @@ pub struct SendRequest {
     pub solicited: bool,
     /// Destination of a UD send.
     pub ud: Option<UdDest>,
+    /// Start only once every READ and atomic posted before it has
+    /// completed (`IBV_SEND_FENCE`).
+    pub fence: bool,
 }
 
 /// A receive work request (`ibv_recv_wr`).
@@ -445,6 +448,7 @@ pub(crate) fn enqueue_failed(qp: &mut QpCtx, wr_id: u64, op: SendOp, status: WcS
         first_psn: 0,
         npsn: 1,
         local_error: Some(status),
+        fence: false,
     };
     if qp.qp_type != QpType::Ud {
         wqe.first_psn = qp.req.tail_psn;
@@ -654,5 +658,6 @@ fn build_send_wqe(qp: &QpCtx, mrs: &MrTable, wr: SendRequest) -> Result<SendWqe>
         first_psn: 0,
         npsn,
         local_error,
+        fence: wr.fence,
     })
 }

@@ -1,5 +1,6 @@
-//! Local operations in send-queue order: a memory window bind waits for
-//! the requests before it and holds the ones after it.
+//! Ordering in the send queue: a memory window bind waits for the
+//! requests before it and holds the ones after it; a fenced request waits
+//! for the READs before it.
 
 use super::{opts, wc_summary, Pair, A, B};
 use crate::engine::command::{AllocMw, ModifyQp};
@@ -111,6 +112,59 @@ fn a_bind_waits_out_sqd_and_is_flushed_by_an_error() {
             (2, WcStatus::WrFlushErr, WcOpcode::RdmaWrite),
             (3, WcStatus::WrFlushErr, WcOpcode::LocalInv),
             (4, WcStatus::WrFlushErr, WcOpcode::RdmaWrite),
+        ]
+    );
+}
+
+/// Rule (IBTA 10.8.3.3, fence indicator): a fenced request is not started
+/// before the RDMA READs posted before it have completed; an unfenced one
+/// goes out at once.
+#[test]
+fn a_fenced_write_waits_for_the_read_before_it() {
+    use crate::engine::command::PostSend;
+    use crate::engine::{SendData, SendRequest};
+    let mut p = Pair::new(0x100, &opts(), 0x200, &opts());
+    let to = (p.n[B].va(0), p.n[B].mr.rkey);
+    let write = |p: &Pair, wr_id, fence| SendRequest {
+        wr_id,
+        op: SendOp::Write,
+        data: SendData::Sges(vec![p.n[A].sge(64, 16)]),
+        remote_va: to.0,
+        rkey: to.1,
+        signaled: true,
+        solicited: false,
+        ud: None,
+        fence,
+    };
+    let post = |p: &mut Pair, wr: SendRequest| {
+        let qpn = p.n[A].qpn;
+        p.n[A].eng.call(0, PostSend { qpn, wr }).expect("post_send");
+        p.n[A].collect();
+    };
+    p.n[A].post(0, 1, SendOp::Read, (0, 16), to);
+    let wr = write(&p, 2, false);
+    post(&mut p, wr);
+    assert_eq!(p.deliver_all(A).len(), 2, "an unfenced WRITE goes at once");
+    p.deliver_all(B);
+    p.deliver_all(A);
+    assert_eq!(p.n[A].send_wcs().len(), 2);
+
+    p.n[A].post(0, 3, SendOp::Read, (0, 16), to);
+    let wr = write(&p, 4, true);
+    post(&mut p, wr);
+    assert_eq!(p.deliver_all(A).len(), 1, "the fenced WRITE waits");
+    p.deliver_all(B);
+    assert_eq!(
+        p.deliver_all(A).len(),
+        1,
+        "the READ completed: the WRITE goes"
+    );
+    p.deliver_all(B);
+    assert_eq!(
+        wc_summary(&p.n[A].send_wcs()),
+        [
+            (3, WcStatus::Success, WcOpcode::RdmaRead),
+            (4, WcStatus::Success, WcOpcode::RdmaWrite),
         ]
     );
 }

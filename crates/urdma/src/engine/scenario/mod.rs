@@ -225,6 +225,7 @@ impl Node {
             signaled: true,
             solicited: false,
             ud: None,
+            fence: false,
         };
         let qpn = self.qpn;
         self.eng.call(now, PostSend { qpn, wr }).expect("post_send");
