@@ -295,10 +295,13 @@ pub fn device_attr(a: &DeviceAttr) -> ibv_device_attr {
     let i = |v: u32| v.min(i32::MAX as u32) as c_int;
     d.max_qp = i(a.max_qp);
     d.max_qp_wr = i(a.max_qp_wr);
-    // Memory windows are the NIC's (the drop-in library binds them); the
-    // kernel module's devices have none, so they are not in the shared
-    // flags.
-    d.device_cap_flags = device_cap_flags() | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+    // Memory windows and SRQ resizing are the drop-in library's (the
+    // kernel module's devices have neither for kernel consumers), so they
+    // are not in the flags shared with the module.
+    d.device_cap_flags = device_cap_flags()
+        | IBV_DEVICE_MEM_WINDOW
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2B
+        | IBV_DEVICE_SRQ_RESIZE;
     d.max_sge = i(a.max_sge);
     d.max_sge_rd = i(a.max_sge);
     d.max_cq = i(a.max_cq);

@@ -18,8 +18,9 @@ pub const LOCAL_CA_ACK_DELAY: u8 = 15;
 /// P_Keys per port: the default one.
 pub const MAX_PKEYS: u16 = 1;
 
-/// The device capability flags, as (libibverbs value, kernel name). SRQ
-/// resize is not among them: the engine refuses it.
+/// The device capability flags, as (libibverbs value, kernel name), shared
+/// with the kernel module. SRQ resize is not among them: the module's
+/// devices do not resize kernel SRQs (the drop-in library adds it).
 pub const DEVICE_CAP_FLAGS: &[(u32, &str)] = &[
     (IBV_DEVICE_RC_RNR_NAK_GEN, "IB_DEVICE_RC_RNR_NAK_GEN"),
     (IBV_DEVICE_SYS_IMAGE_GUID, "IB_DEVICE_SYS_IMAGE_GUID"),
@@ -102,7 +103,7 @@ mod tests {
     }
 
     #[test]
-    fn srq_resize_is_not_advertised() {
+    fn srq_resize_is_not_shared_with_the_kernel_module() {
         assert_eq!(device_cap_flags() & IBV_DEVICE_SRQ_RESIZE, 0);
     }
 }

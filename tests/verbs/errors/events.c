@@ -62,8 +62,13 @@ void events(void)
 		CHECK(ibv_post_srq_recv(srq, &rwr, &bad_r) == 0);
 	sattr.srq_limit = 100;
 	RET_ERRNO(ibv_modify_srq(srq, &sattr, IBV_SRQ_LIMIT), EINVAL);
+	/* Four requests wait: the SRQ cannot shrink below them; it grows,
+	 * and the receives below come from what waited in the old ring. */
+	sattr.max_wr = 2;
+	RET_ERRNO(ibv_modify_srq(srq, &sattr, IBV_SRQ_MAX_WR), EINVAL);
 	sattr.max_wr = 64;
-	RET_ERRNO(ibv_modify_srq(srq, &sattr, IBV_SRQ_MAX_WR), EOPNOTSUPP);
+	CHECK(ibv_modify_srq(srq, &sattr, IBV_SRQ_MAX_WR) == 0);
+	CHECK(ibv_query_srq(srq, &sattr) == 0 && sattr.max_wr >= 64);
 	sattr.srq_limit = 3;
 	CHECK(ibv_modify_srq(srq, &sattr, IBV_SRQ_LIMIT) == 0);
 	CHECK(ibv_query_srq(srq, &sattr) == 0 && sattr.srq_limit == 3);

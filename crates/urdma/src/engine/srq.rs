@@ -26,6 +26,19 @@ pub struct SrqCtx {
     pub rq: VecDeque<RecvWqe>,
     /// The queue in the memory of a driver in another process.
     pub ring: Option<Arc<WorkRing>>,
+    /// Rings a resize replaced, oldest first, still holding requests the
+    /// driver posted before it: they are taken before `ring`'s.
+    pub draining: VecDeque<Arc<WorkRing>>,
+}
+
+impl SrqCtx {
+    /// Receive requests waiting, in the engine and in the rings.
+    fn waiting(&self) -> u64 {
+        let pending = |r: &Arc<WorkRing>| r.pending().unwrap_or(0);
+        self.rq.len() as u64
+            + self.draining.iter().map(pending).sum::<u64>()
+            + self.ring.as_ref().map_or(0, pending)
+    }
 }
 
 /// Attributes of an SRQ (`ibv_srq_attr`).
@@ -49,14 +62,21 @@ pub fn pop_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Result<RecvWqe, NoRecv> {
     };
     let srq = cx.srqs.get_mut(&n).ok_or(NoRecv::Empty)?;
     let mut refused = None;
-    let w = match (srq.rq.pop_front(), srq.ring.as_ref()) {
-        (Some(w), _) => Ok(w),
-        (None, Some(ring)) => {
-            rings::take_recv_from(ring, srq.max_sge, srq.pd, cx.mrs, &mut refused)
+    let mut w = srq.rq.pop_front().ok_or(NoRecv::Empty);
+    // The rings a resize replaced first, then the current one.
+    while w.is_err() {
+        let Some(ring) = srq.draining.front().or(srq.ring.as_ref()) else {
+            break;
+        };
+        w = rings::take_recv_from(ring, srq.max_sge, srq.pd, cx.mrs, &mut refused);
+        match (&w, srq.draining.is_empty()) {
+            (Err(NoRecv::Empty), false) => {
+                srq.draining.pop_front();
+            }
+            _ => break,
         }
-        (None, None) => Err(NoRecv::Empty),
-    };
-    let waiting = srq.rq.len() as u64 + srq.ring.as_ref().map_or(0, |r| r.pending().unwrap_or(0));
+    }
+    let waiting = srq.waiting();
     if srq.limit != 0 && waiting < u64::from(srq.limit) {
         srq.limit = 0;
         cx.event(AsyncEventKind::SrqLimitReached, n);
@@ -94,12 +114,14 @@ impl Engine {
                 limit: 0,
                 rq: VecDeque::new(),
                 ring: None,
+                draining: VecDeque::new(),
             },
         );
         Ok(srqn)
     }
 
-    /// Change the limit (and, not supported, the size) of an SRQ.
+    /// Change the size (an embedded SRQ's; see [`Engine::resize_srq`])
+    /// or the limit of an SRQ.
     pub(crate) fn modify_srq(
         &mut self,
         srqn: u32,
@@ -108,17 +130,60 @@ impl Engine {
     ) -> Result<()> {
         let srq = self
             .srqs
-            .get_mut(&srqn)
+            .get(&srqn)
             .ok_or_else(|| Error::NotFound(format!("srq {srqn}")))?;
-        if max_wr.is_some() {
-            return Err(Error::NotSupported("resizing an SRQ".into()));
+        let size = max_wr.unwrap_or(srq.max_wr);
+        if limit.is_some_and(|l| l > size) {
+            return Err(Error::inval("srq_limit above max_wr"));
         }
-        if let Some(l) = limit {
-            if l > srq.max_wr {
-                return Err(Error::inval("srq_limit above max_wr"));
-            }
+        if let Some(n) = max_wr {
+            self.resize_srq(srqn, n, None)?;
+        }
+        if let (Some(l), Some(srq)) = (limit, self.srqs.get_mut(&srqn)) {
             srq.limit = l;
         }
+        Ok(())
+    }
+
+    /// Make an SRQ hold `max_wr` receive requests; one whose driver is in
+    /// another process gives the new ring it posts to from now on (the
+    /// requests in the old one are taken first). Refused (nothing changes)
+    /// outside the device's limits, below the armed limit, or below the
+    /// requests waiting.
+    pub fn resize_srq(
+        &mut self,
+        srqn: u32,
+        max_wr: u32,
+        ring: Option<Arc<WorkRing>>,
+    ) -> Result<()> {
+        let max = self.attr.max_qp_wr;
+        let srq = self
+            .srqs
+            .get_mut(&srqn)
+            .ok_or_else(|| Error::NotFound(format!("srq {srqn}")))?;
+        if max_wr == 0 || max_wr > max {
+            return Err(Error::inval(format!("SRQ size {max_wr} outside 1..={max}")));
+        }
+        if srq.limit > max_wr {
+            return Err(Error::inval("SRQ size below its armed limit"));
+        }
+        if srq.waiting() > u64::from(max_wr) {
+            return Err(Error::inval(
+                "more receive requests wait than the SRQ would hold",
+            ));
+        }
+        match (srq.ring.take(), ring) {
+            (Some(old), Some(new)) => {
+                srq.draining.push_back(old);
+                srq.ring = Some(new);
+            }
+            (None, None) => {}
+            (old, _) => {
+                srq.ring = old;
+                return Err(Error::inval("an SRQ's ring is replaced by a ring"));
+            }
+        }
+        srq.max_wr = max_wr;
         Ok(())
     }
 
@@ -158,5 +223,78 @@ impl Engine {
         let wqe = build_recv_wqe(srq.max_sge, srq.pd, &self.mrs, wr)?;
         srq.rq.push_back(wqe);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::command::{AllocPd, CreateSrq, ModifySrq, PostSrqRecv, QuerySrq, RegMr};
+    use crate::engine::{Engine, RecvRequest, SgEntry, SrqAttr};
+    use crate::mem::MemRegion;
+    use crate::types::AccessFlags;
+    use crate::verbs::DeviceAttr;
+
+    #[test]
+    fn an_srq_grows_and_shrinks_down_to_what_waits_and_its_limit() {
+        let mut e = Engine::new(
+            "127.0.0.1:4791".parse().unwrap(),
+            DeviceAttr::default(),
+            Some(1),
+        );
+        let pd = e.call(0, AllocPd {}).unwrap();
+        let mem = MemRegion::allocate(4096).unwrap();
+        let reg = RegMr {
+            pd,
+            access: AccessFlags::LOCAL_WRITE,
+            iova: 0x1000,
+            mem,
+            rekey: None,
+        };
+        let mr = e.call(0, reg).unwrap();
+        let attr = SrqAttr {
+            max_wr: 8,
+            max_sge: 1,
+            srq_limit: 0,
+        };
+        let srqn = e.call(0, CreateSrq { pd, attr }).unwrap();
+        for wr_id in 0..4 {
+            let sges = vec![SgEntry {
+                addr: 0x1000,
+                length: 64,
+                lkey: mr.lkey,
+            }];
+            let wr = RecvRequest { wr_id, sges };
+            e.call(0, PostSrqRecv { srqn, wr }).unwrap();
+        }
+        let size = |e: &mut Engine, n: u32, limit: Option<u32>| {
+            e.call(
+                0,
+                ModifySrq {
+                    srqn,
+                    max_wr: Some(n),
+                    limit,
+                },
+            )
+        };
+        assert!(size(&mut e, 3, None).is_err(), "below the 4 waiting");
+        assert!(size(&mut e, 0, None).is_err());
+        assert!(size(&mut e, 1 << 30, None).is_err());
+        assert!(size(&mut e, 16, Some(17)).is_err(), "limit above the size");
+        assert_eq!(e.call(0, QuerySrq { srqn }).unwrap().max_wr, 8, "unchanged");
+        size(&mut e, 16, Some(6)).unwrap();
+        assert!(size(&mut e, 5, None).is_err(), "below the armed limit");
+        size(&mut e, 4, Some(0)).unwrap_err();
+        e.call(
+            0,
+            ModifySrq {
+                srqn,
+                max_wr: None,
+                limit: Some(0),
+            },
+        )
+        .unwrap();
+        size(&mut e, 4, None).unwrap();
+        let q = e.call(0, QuerySrq { srqn }).unwrap();
+        assert_eq!((q.max_wr, q.srq_limit), (4, 0));
     }
 }

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 
 /// What the driver knows of one of its QPs, and its work queues.
@@ -34,11 +34,12 @@ struct QpMirror {
     rq: Option<Arc<WorkRing>>,
 }
 
-/// An SRQ's limit and work queue.
+/// An SRQ's limit and work queue (replaced by a resize while no post
+/// writes to it).
 #[derive(Debug, Clone)]
 struct SrqMirror {
     max_sge: u32,
-    ring: Arc<WorkRing>,
+    ring: Arc<RwLock<Arc<WorkRing>>>,
 }
 
 struct Channel {
@@ -329,7 +330,8 @@ impl AgentLink {
                 .cloned()
                 .ok_or_else(|| (0, Error::NotFound(format!("SRQ {n}"))))?;
             // The NIC takes an SRQ's requests when messages need them.
-            return self.post_to(None, &s.ring, &wrs, |w| check_recv_sges(w, s.max_sge));
+            let ring = s.ring.read().unwrap_or_else(|e| e.into_inner());
+            return self.post_to(None, &ring, &wrs, |w| check_recv_sges(w, s.max_sge));
         }
         let q = self.mirror(n).map_err(|e| (0, e))?;
         if q.state == QpState::Reset {
@@ -512,14 +514,17 @@ impl AgentLink {
                 v => return Err(unexpected(v)),
             },
             C::CreateSrq(c) => Reply::Number(self.create_srq(c.pd, c.attr)?.0),
-            C::ModifySrq(c) => done(self.request(
-                &Request::ModifySrq {
+            C::ModifySrq(c) => {
+                let req = Request::ModifySrq {
                     srqn: c.srqn,
                     max_wr: c.max_wr,
                     limit: c.limit,
-                },
-                &[],
-            )?)?,
+                };
+                match c.max_wr {
+                    Some(n) => self.resize_srq(c.srqn, n, &req)?,
+                    None => done(self.request(&req, &[])?)?,
+                }
+            }
             C::QuerySrq(c) => match self.request(&Request::QuerySrq { srqn: c.srqn }, &[])? {
                 Value::SrqAttr(a) => Reply::SrqAttr(a),
                 v => return Err(unexpected(v)),
@@ -557,6 +562,28 @@ impl AgentLink {
         }
     }
 
+    /// Give SRQ `srqn` a ring of `max_wr` requests with `req` (its
+    /// ModifySrq): posts wait meanwhile, then go to the new ring; the NIC
+    /// takes what the old one holds first.
+    fn resize_srq(&self, srqn: u32, max_wr: u32, req: &Request) -> Result<Reply> {
+        let m = self
+            .srqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&srqn)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("SRQ {srqn}")))?;
+        let ring = WorkRing::new_shared(max_wr, wq::recv_slot_len(m.max_sge))?;
+        let fd = ring
+            .fd()
+            .ok_or_else(|| Error::inval("SRQ ring without a descriptor"))?
+            .as_raw_fd();
+        let mut cur = m.ring.write().unwrap_or_else(|e| e.into_inner());
+        let reply = done(self.request(req, &[fd])?)?;
+        *cur = Arc::new(ring);
+        Ok(reply)
+    }
+
     /// Create an SRQ and read back its attributes.
     pub fn create_srq(
         &self,
@@ -572,7 +599,7 @@ impl AgentLink {
             Value::Srq(n, a) => {
                 let m = SrqMirror {
                     max_sge: a.max_sge,
-                    ring: Arc::new(ring),
+                    ring: Arc::new(RwLock::new(Arc::new(ring))),
                 };
                 self.srqs
                     .lock()

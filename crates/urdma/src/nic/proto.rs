@@ -184,7 +184,8 @@ pub enum Request {
         /// Attributes.
         attr: SrqAttr,
     },
-    /// Modify an SRQ.
+    /// Modify an SRQ; a new capacity comes with the passed descriptor of
+    /// the ring the driver posts to from then on.
     ModifySrq {
         /// The SRQ.
         srqn: u32,

@@ -403,11 +403,24 @@ impl Session {
                 limit,
             } => {
                 let srqn = self.srq(srqn)?;
-                d.call(ModifySrq {
-                    srqn,
-                    max_wr,
-                    limit,
-                })?;
+                if let Some(n) = max_wr {
+                    // A new size comes with the ring the driver posts to
+                    // from now on, of the SRQ's own slot size.
+                    let fd = match (fds.pop(), fds.is_empty()) {
+                        (Some(fd), true) => fd,
+                        _ => return Err(Error::inval("a resized SRQ's work queue is missing")),
+                    };
+                    let sge = d.call(QuerySrq { srqn })?.max_sge;
+                    let ring = Arc::new(WorkRing::from_fd(fd, n, wq::recv_slot_len(sge))?);
+                    d.with_engine(|e, _| e.resize_srq(srqn, n, Some(ring)))?;
+                }
+                if limit.is_some() {
+                    d.call(ModifySrq {
+                        srqn,
+                        max_wr: None,
+                        limit,
+                    })?;
+                }
                 Value::Done
             }
             R::QuerySrq { srqn } => Value::SrqAttr(d.call(QuerySrq {
