@@ -97,7 +97,7 @@ fn print_device(cfg: &DeviceConfig, verbose: bool, published: &[Published]) {
     println!("\t\t\tlink_layer:\t\tEthernet");
     if verbose {
         println!("\t\t\tmax_msg_sz:\t\t0x80000000");
-        println!("\t\t\tgid_tbl_len:\t\t1");
+        println!("\t\t\tgid_tbl_len:\t\t{}", urdma::GID_TABLE_LEN);
         println!("\t\t\tpkey_tbl_len:\t\t1");
         println!("\t\t\tphys_state:\t\tLINK_UP (5)");
         println!("\t\t\tudp_port:\t\t{}", cfg.port);

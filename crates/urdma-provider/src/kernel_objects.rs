@@ -166,10 +166,12 @@ pub unsafe extern "C" fn reg_mr(
     })
 }
 
-/// `rereg_mr`: the NIC's MR takes its new PD, translation or access;
-/// then the kernel's record of it is made again (as it is now, under the
-/// NIC's keys), so that the kernel counts it in its PD. If the kernel
-/// refuses the new record, the region stays the NIC's alone.
+/// `rereg_mr`: the kernel's record of the MR goes first (an error there
+/// leaves everything as it was); then the NIC's MR takes its new PD,
+/// translation or access; then the kernel's record is made again, as the
+/// MR now is (as it was, if the NIC refused), under the NIC's keys, so
+/// that the kernel counts it in its PD. If the kernel refuses the new
+/// record, the region stays the NIC's alone.
 pub unsafe extern "C" fn rereg_mr(
     mr: *mut verbs_mr,
     flags: c_int,
@@ -179,57 +181,68 @@ pub unsafe extern "C" fn rereg_mr(
     access: c_int,
 ) -> c_int {
     guard(libc::EIO, || {
+        let backed = !mr.is_null() && is_backed(mr);
+        if backed {
+            // SAFETY: mr is a live MR with a kernel record.
+            let rc = unsafe { destroy_in_kernel(mr, ibv_cmd_dereg_mr) };
+            if rc != 0 {
+                return rc;
+            }
+        }
         // SAFETY: the caller's contract is the verbs'; ibv_mr is the first
         // field of verbs_mr.
         let rc = unsafe { v::pd::rereg_mr(mr.cast(), flags, pd, addr, length, access) };
-        if rc != 0 || !is_backed(mr) {
-            return rc;
+        if backed {
+            // SAFETY: mr is live (it had a kernel record a moment ago).
+            unsafe { record_mr(mr) };
         }
-        // SAFETY: mr is a live MR with a kernel record; its old record
-        // goes first.
-        if unsafe { destroy_in_kernel(mr, ibv_cmd_dereg_mr) } != 0 {
-            return 0;
-        }
-        let Ok(m) = v::pd::Mr::from_ptr(mr.cast()) else {
-            return 0;
-        };
-        let (pd, addr, length, iova) = (m.ibv.pd, m.ibv.addr, m.ibv.length, m.entry.iova);
-        let (lkey, rkey, access) = (m.ibv.lkey, m.ibv.rkey, m.access);
-        if !is_backed(pd) {
-            return 0;
-        }
-        let mut cmd = RegMrCmd {
-            lkey,
-            rkey,
-            ..RegMrCmd::default()
-        };
-        let mut resp = ib_uverbs_reg_mr_resp::default();
-        // SAFETY: pd and mr are live; the buffers are live and their sizes
-        // are theirs.
-        let rc = unsafe {
-            ibv_cmd_reg_mr(
-                pd,
-                addr,
-                length,
-                iova,
-                access,
-                mr,
-                &mut cmd,
-                std::mem::size_of_val(&cmd),
-                &mut resp,
-                std::mem::size_of_val(&resp),
-            )
-        };
-        if rc == 0 {
-            mark(mr);
-        }
-        // SAFETY: as above; the keys stay the NIC's.
-        unsafe {
-            (*mr).ibv_mr.lkey = lkey;
-            (*mr).ibv_mr.rkey = rkey;
-        }
-        0
+        rc
     })
+}
+
+/// Make the kernel's record of MR `mr` as it is now, under the NIC's keys.
+///
+/// # Safety
+/// `mr` is a live MR of this provider with no kernel record.
+unsafe fn record_mr(mr: *mut verbs_mr) {
+    let Ok(m) = v::pd::Mr::from_ptr(mr.cast()) else {
+        return;
+    };
+    let (pd, addr, length, iova) = (m.ibv.pd, m.ibv.addr, m.ibv.length, m.entry.iova);
+    let (lkey, rkey, access) = (m.ibv.lkey, m.ibv.rkey, m.access);
+    if !is_backed(pd) {
+        return;
+    }
+    let mut cmd = RegMrCmd {
+        lkey,
+        rkey,
+        ..RegMrCmd::default()
+    };
+    let mut resp = ib_uverbs_reg_mr_resp::default();
+    // SAFETY: pd and mr are live; the buffers are live and their sizes are
+    // theirs.
+    let rc = unsafe {
+        ibv_cmd_reg_mr(
+            pd,
+            addr,
+            length,
+            iova,
+            access,
+            mr,
+            &mut cmd,
+            std::mem::size_of_val(&cmd),
+            &mut resp,
+            std::mem::size_of_val(&resp),
+        )
+    };
+    if rc == 0 {
+        mark(mr);
+    }
+    // SAFETY: as above; the keys stay the NIC's.
+    unsafe {
+        (*mr).ibv_mr.lkey = lkey;
+        (*mr).ibv_mr.rkey = rkey;
+    }
 }
 
 /// `dereg_mr`: the kernel's record, then the NIC's MR.

@@ -48,7 +48,7 @@ pub mod wq;
 
 pub use api::{
     ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, MrSlice, Pd, Qp, QpInitAttr, RecvWr,
-    SendWr,
+    SendWr, GID_TABLE_LEN,
 };
 pub use engine::{Counter, Counters};
 pub use error::{Error, Result};

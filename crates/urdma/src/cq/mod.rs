@@ -311,6 +311,11 @@ impl CqShared {
         if !moved {
             cur.move_to(&new)?;
         }
+        // An overrun or a NIC that ended (fail) while the rings were being
+        // swapped is the new ring's too.
+        if cur.hdr().overrun.load(Acquire) != 0 {
+            new.hdr().overrun.store(1, Release);
+        }
         let old = std::mem::replace(&mut *cur, Arc::new(new));
         drop(cur);
         let h = old.hdr();
@@ -320,7 +325,7 @@ impl CqShared {
     }
 
     /// Hold this process's consumers (poll, wait, arming) off while the
-    /// ring is replaced.
+    /// ring is replaced (polls wait for the NIC's answer to the resize).
     pub fn consumer_pause(&self) -> MutexGuard<'_, ()> {
         self.lock_consumer()
     }
