@@ -130,38 +130,8 @@ pub unsafe extern "C" fn reg_mr(
         if mr.is_null() || !is_backed(pd) {
             return mr;
         }
-        // SAFETY: mr is the live MR just made.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        let mut cmd = RegMrCmd {
-            lkey,
-            rkey,
-            ..RegMrCmd::default()
-        };
-        let mut resp = ib_uverbs_reg_mr_resp::default();
-        // SAFETY: pd and mr are live; mr is laid out as a verbs_mr; the
-        // buffers are live and their sizes are theirs.
-        let rc = unsafe {
-            ibv_cmd_reg_mr(
-                pd,
-                addr,
-                length,
-                hca_va,
-                access,
-                mr.cast(),
-                &mut cmd,
-                std::mem::size_of_val(&cmd),
-                &mut resp,
-                std::mem::size_of_val(&resp),
-            )
-        };
-        if rc == 0 {
-            mark(mr);
-        }
-        // SAFETY: as above; the kernel answers with the NIC's keys.
-        unsafe {
-            (*mr).lkey = lkey;
-            (*mr).rkey = rkey;
-        }
+        // SAFETY: mr is the live MR just made, with no kernel record.
+        unsafe { record_mr(mr.cast()) };
         mr
     })
 }

@@ -103,6 +103,17 @@ fn an_unanswered_sidr_request_is_unreachable_after_its_retries() {
     assert_eq!(events(&mut a), vec![CmEvent::Unreachable { id: ida }]);
 }
 
+/// a sends a REQ that b accepts (QP 0x22); the REP is not delivered.
+fn accepted(a: &mut Cm, b: &mut Cm) -> (ConnId, ConnId) {
+    let (ida, idb) = requested(a, b);
+    let accept = AcceptParams {
+        qpn: 0x22,
+        ..AcceptParams::default()
+    };
+    b.accept(0, idb, &accept).unwrap();
+    (ida, idb)
+}
+
 /// Hand `rej` to `to` as from A.
 fn take_rej(to: &mut Cm, rej: Rej) {
     to.handle(
@@ -169,12 +180,7 @@ fn a_listener_that_goes_away_rejects_the_req_it_holds() {
 #[test]
 fn a_passive_side_that_goes_away_after_its_rep_rejects_and_waits_in_timewait() {
     let (mut a, mut b) = (cm(1), cm(2));
-    let (ida, idb) = requested(&mut a, &mut b);
-    let accept = AcceptParams {
-        qpn: 0x22,
-        ..AcceptParams::default()
-    };
-    b.accept(0, idb, &accept).unwrap();
+    let (ida, idb) = accepted(&mut a, &mut b);
     deliver(0, &mut b, B, &mut a, all);
     assert!(matches!(
         events(&mut a)[..],
@@ -252,12 +258,7 @@ fn a_destroy_in_every_state_leaves_no_event_and_no_timer_behind() {
 
     // REP_RCVD: the consumer never sent the RTU.
     let (mut a, mut b) = (cm(1), cm(2));
-    let (ida, idb) = requested(&mut a, &mut b);
-    let accept = AcceptParams {
-        qpn: 0x22,
-        ..AcceptParams::default()
-    };
-    b.accept(0, idb, &accept).unwrap();
+    let (ida, idb) = accepted(&mut a, &mut b);
     deliver(0, &mut b, B, &mut a, all);
     events(&mut a);
     assert!(a.destroy(0, ida));
@@ -281,12 +282,7 @@ fn a_rej_after_the_rtu_ends_the_connection_with_rejected() {
     // b destroys in REP_SENT while a, having sent its RTU (lost), is
     // established: a hears the reject, then nothing more.
     let (mut a, mut b) = (cm(1), cm(2));
-    let (ida, idb) = requested(&mut a, &mut b);
-    let accept = AcceptParams {
-        qpn: 0x22,
-        ..AcceptParams::default()
-    };
-    b.accept(0, idb, &accept).unwrap();
+    let (ida, idb) = accepted(&mut a, &mut b);
     deliver(0, &mut b, B, &mut a, all);
     events(&mut a);
     a.ready_to_use(ida, &[]).unwrap();
@@ -325,12 +321,7 @@ fn sidr_messages_are_claimed_only_when_they_are_ours() {
 #[test]
 fn a_withdrawal_reaches_a_passive_side_whose_rep_was_lost() {
     let (mut a, mut b) = (cm(1), cm(2));
-    let (ida, idb) = requested(&mut a, &mut b);
-    let accept = AcceptParams {
-        qpn: 0x22,
-        ..AcceptParams::default()
-    };
-    b.accept(0, idb, &accept).unwrap();
+    let (ida, idb) = accepted(&mut a, &mut b);
     b.drain_tx().for_each(drop);
     assert!(a.destroy(0, ida));
     let rej = rej_of(&mut a);
