@@ -64,6 +64,7 @@ pub fn fill_ops(v: &mut verbs_context) {
     v.query_device_ex = Some(query::query_device_ex);
     v.create_qp_ex = Some(qp::create_qp_ex);
     v.create_srq_ex = Some(srq::create_srq_ex);
+    v.alloc_parent_domain = Some(crate::parent_domain::alloc_parent_domain);
     v.sz = std::mem::size_of::<verbs_context>();
 }
 

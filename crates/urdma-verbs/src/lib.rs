@@ -42,6 +42,7 @@ pub mod handles;
 pub mod limits;
 pub mod misc;
 pub mod mw;
+pub mod parent_domain;
 pub mod pd;
 pub mod post;
 pub mod qp;

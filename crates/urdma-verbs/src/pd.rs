@@ -24,8 +24,12 @@ pub struct Pd {
     pub dev: Arc<DevShared>,
     /// Engine PD number.
     pub pdn: u32,
-    /// SRQs and address handles made in it (the engine counts MRs and QPs).
+    /// SRQs, address handles and parent domains made in it (the engine
+    /// counts MRs and QPs).
     pub children: AtomicU32,
+    /// For a parent domain, the protection domain it stands for (whose
+    /// engine PD it shares); NULL for a protection domain.
+    pub base: *mut ibv_pd,
 }
 
 impl Pd {
@@ -56,6 +60,7 @@ fn alloc(context: *mut ibv_context) -> VResult<*mut ibv_pd> {
         dev: c.dev.clone(),
         pdn,
         children: AtomicU32::new(0),
+        base: std::ptr::null_mut(),
     })) as *mut ibv_pd;
     handles::register(p, Kind::Pd);
     Ok(p)
@@ -72,6 +77,9 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
         ret_errno((|| {
             let p = Pd::from_ptr(pd)?;
             ensure(!p.in_use(), libc::EBUSY)?;
+            if !p.base.is_null() {
+                return crate::parent_domain::dealloc(pd);
+            }
             let pdn = p.pdn;
             p.dev
                 .device

@@ -126,6 +126,33 @@ static void memory(void)
 		CHECK(ibv_dereg_mr(mr) == 0);
 	}
 	NULL_ERRNO(ibv_reg_dmabuf_mr(pd, 0, 4096, 0, 3, ACCESS), EOPNOTSUPP);
+
+	/* A parent domain stands for its PD: objects made in it are in the
+	 * PD, which stays while the parent domain does. */
+	{
+		struct ibv_parent_domain_init_attr pa = { .pd = pd };
+		struct ibv_pd *par;
+
+		NULL_ERRNO(ibv_alloc_parent_domain(ctx, NULL), EINVAL);
+		pa.comp_mask = 1 << 5;
+		NULL_ERRNO(ibv_alloc_parent_domain(ctx, &pa), EINVAL);
+		pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+		pa.td = (struct ibv_td *)&pa;
+		NULL_ERRNO(ibv_alloc_parent_domain(ctx, &pa), EOPNOTSUPP);
+		pa.td = NULL;
+		par = ibv_alloc_parent_domain(ctx, &pa);
+		CHECK(par != NULL);
+		if (par) {
+			pa.pd = par;
+			NULL_ERRNO(ibv_alloc_parent_domain(ctx, &pa), EINVAL);
+			RET_ERRNO(ibv_dealloc_pd(pd), EBUSY);
+			mr = ibv_reg_mr(par, buf, sizeof(buf), ACCESS);
+			CHECK(mr != NULL);
+			if (mr)
+				CHECK(ibv_dereg_mr(mr) == 0);
+			CHECK(ibv_dealloc_pd(par) == 0);
+		}
+	}
 }
 
 static void queues(void)
