@@ -25,7 +25,8 @@ listener_killed() {
     # In a subshell: the shell reports no job killed by a signal.
     (on "$SERVER_ADDR" "$slog" rping -s -a "$SERVER_ADDR" -p "$PORT") 2>/dev/null &
     local spid=$! rpid=
-    sleep "$SETTLE"
+    # Listening before it stops: a REQ too early would meet no listener.
+    sleep $((SETTLE + 2))
     rpid=$(pid_of rping -s -a "$SERVER_ADDR" -p "$PORT")
     if [ -z "$rpid" ]; then
         bad "listener killed between REQ and REP (no server)" "$slog"
@@ -59,7 +60,7 @@ peer_restarted() {
     local spid=$!
     URDMA_NIC_SOCKET=$sock "$URDMA" agent --persist 2>>"$alog" &
     local apid=$!
-    sleep "$SETTLE"
+    sleep $((SETTLE + 2))
     URDMA_NIC_SOCKET=$sock on_bg "$CLIENT_ADDR" "$c1" rping -c -a "$SERVER_ADDR" -p "$PORT" -C 1000000 -v
     local c1pid=$! i
     sleep 2

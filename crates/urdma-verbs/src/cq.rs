@@ -206,7 +206,9 @@ pub unsafe extern "C" fn create_cq_ex(
                 )?;
             }
             if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
-                Pd::from_ptr(a.parent_domain)?;
+                // A parent domain of this context.
+                let p = Pd::from_ptr(a.parent_domain)?;
+                ensure(!p.base.is_null() && p.ibv.context == context, libc::EINVAL)?;
             }
             ensure(a.wc_flags & !WC_EX_SUPPORTED == 0, libc::EOPNOTSUPP)?;
             ensure(a.cqe <= i32::MAX as u32, libc::EINVAL)?;

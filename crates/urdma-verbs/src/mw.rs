@@ -77,6 +77,7 @@ fn alloc(pd: *mut ibv_pd, kind: ibv_mw_type) -> VResult<*mut ibv_mw> {
         dev: p.dev.clone(),
     })) as *mut ibv_mw;
     handles::register(m, Kind::Mw);
+    crate::pd::hold(pd);
     Ok(m)
 }
 
@@ -95,6 +96,7 @@ pub unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
                 .device
                 .call(DeallocMw { rkey })
                 .map_err(|e| e.errno())?;
+            crate::pd::release(m.ibv.pd);
             handles::unregister(mw, Kind::Mw);
             // SAFETY: mw was a registered boxed Mw, now unregistered.
             drop(unsafe { Box::from_raw(mw as *mut Mw) });
@@ -124,7 +126,9 @@ pub fn bind_request(
         }
         false => {
             let mr = Mr::from_ptr(info.mr)?;
-            ensure(mr.ibv.pd == m.ibv.pd, libc::EINVAL)?;
+            // One protection domain (a parent domain stands for its PD).
+            let pdn = |pd| Pd::from_ptr(pd).map(|p| p.pdn);
+            ensure(pdn(mr.ibv.pd)? == pdn(m.ibv.pd)?, libc::EINVAL)?;
             mr.ibv.lkey
         }
     };

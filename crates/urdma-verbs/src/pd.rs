@@ -48,6 +48,26 @@ impl Pd {
     }
 }
 
+/// An MR, QP or MW was made in `pd`: a parent domain counts it (the
+/// engine counts them in the protection domain, which a parent domain
+/// shares), so that it is not freed under them.
+pub fn hold(pd: *mut ibv_pd) {
+    if let Ok(p) = Pd::from_ptr(pd) {
+        if !p.base.is_null() {
+            p.children.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// An MR, QP or MW made in `pd` is gone (see [`hold`]).
+pub fn release(pd: *mut ibv_pd) {
+    if let Ok(p) = Pd::from_ptr(pd) {
+        if !p.base.is_null() {
+            p.children.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
 fn alloc(context: *mut ibv_context) -> VResult<*mut ibv_pd> {
     let c = Context::from_ptr(context)?;
     let pdn = c.dev.device.call(AllocPd {}).map_err(|e| e.errno())?;
@@ -224,6 +244,7 @@ fn reg(
         entry,
     })) as *mut ibv_mr;
     handles::register(m, Kind::Mr);
+    hold(pd);
     Ok(m)
 }
 
@@ -281,6 +302,10 @@ pub unsafe extern "C" fn rereg_mr(
             // SAFETY: mr is a live boxed Mr (checked above); the verbs
             // contract gives ibv_rereg_mr the MR to itself while it runs.
             let m = unsafe { &mut *(mr as *mut Mr) };
+            if m.ibv.pd != ibv.pd {
+                release(m.ibv.pd);
+                hold(ibv.pd);
+            }
             m.ibv.pd = ibv.pd;
             m.ibv.addr = ibv.addr;
             m.ibv.length = ibv.length;
@@ -344,6 +369,7 @@ pub unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
             let key = m.entry.lkey;
             let entry = m.dev.device.call(DeregMr { key }).map_err(|e| e.errno())?;
             entry.mem.invalidate();
+            release(m.ibv.pd);
             handles::unregister(mr, Kind::Mr);
             // SAFETY: mr was a registered boxed Mr, now unregistered.
             drop(unsafe { Box::from_raw(mr as *mut Mr) });

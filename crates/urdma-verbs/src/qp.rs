@@ -198,6 +198,7 @@ fn create(n: NewQp) -> VResult<(*mut ibv_qp, ibv_qp_cap)> {
         .routes
         .add(Target::Qp, qpn, ctx.events.clone(), p as usize);
     handles::register(p, Kind::Qp);
+    crate::pd::hold(n.pd);
     let granted = ibv_qp_cap {
         max_send_wr: cap.max_send_wr,
         max_recv_wr: cap.max_recv_wr,
@@ -530,9 +531,11 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
                 .call(DestroyQp { qpn })
                 .map_err(|e| e.errno())?;
             q.dev.routes.remove(Target::Qp, qpn);
+            let pd = q.ibv.qp_base.pd;
             if !handles::unregister(qp, Kind::Qp) {
                 return Err(libc::EINVAL);
             }
+            crate::pd::release(pd);
             let b = qp as *mut Qp;
             // SAFETY: b was a registered boxed Qp, now unregistered.
             unsafe {

@@ -148,6 +148,8 @@ static void memory(void)
 			RET_ERRNO(ibv_dealloc_pd(pd), EBUSY);
 			mr = ibv_reg_mr(par, buf, sizeof(buf), ACCESS);
 			CHECK(mr != NULL);
+			/* Not freed under the MR made in it. */
+			RET_ERRNO(ibv_dealloc_pd(par), EBUSY);
 			if (mr)
 				CHECK(ibv_dereg_mr(mr) == 0);
 			CHECK(ibv_dealloc_pd(par) == 0);

@@ -128,32 +128,33 @@ impl Engine {
         max_wr: Option<u32>,
         limit: Option<u32>,
     ) -> Result<()> {
+        if let Some(n) = max_wr {
+            return self.resize_srq(srqn, n, limit, None);
+        }
         let srq = self
             .srqs
-            .get(&srqn)
+            .get_mut(&srqn)
             .ok_or_else(|| Error::NotFound(format!("srq {srqn}")))?;
-        let size = max_wr.unwrap_or(srq.max_wr);
-        if limit.is_some_and(|l| l > size) {
-            return Err(Error::inval("srq_limit above max_wr"));
-        }
-        if let Some(n) = max_wr {
-            self.resize_srq(srqn, n, None)?;
-        }
-        if let (Some(l), Some(srq)) = (limit, self.srqs.get_mut(&srqn)) {
+        if let Some(l) = limit {
+            if l > srq.max_wr {
+                return Err(Error::inval("srq_limit above max_wr"));
+            }
             srq.limit = l;
         }
         Ok(())
     }
 
-    /// Make an SRQ hold `max_wr` receive requests; one whose driver is in
-    /// another process gives the new ring it posts to from now on (the
-    /// requests in the old one are taken first). Refused (nothing changes)
-    /// outside the device's limits, below the armed limit, or below the
-    /// requests waiting.
+    /// Make an SRQ hold `max_wr` receive requests (and arm `limit`, if
+    /// given); one whose driver is in another process gives the new ring
+    /// it posts to from now on (the requests in the old one are taken
+    /// first). Everything is checked before anything changes: refused
+    /// outside the device's limits, below the limit (the new one, else the
+    /// armed one), or below the requests waiting.
     pub fn resize_srq(
         &mut self,
         srqn: u32,
         max_wr: u32,
+        limit: Option<u32>,
         ring: Option<Arc<WorkRing>>,
     ) -> Result<()> {
         let max = self.attr.max_qp_wr;
@@ -164,26 +165,25 @@ impl Engine {
         if max_wr == 0 || max_wr > max {
             return Err(Error::inval(format!("SRQ size {max_wr} outside 1..={max}")));
         }
-        if srq.limit > max_wr {
-            return Err(Error::inval("SRQ size below its armed limit"));
+        if limit.unwrap_or(srq.limit) > max_wr {
+            return Err(Error::inval("SRQ size below its limit"));
         }
         if srq.waiting() > u64::from(max_wr) {
             return Err(Error::inval(
                 "more receive requests wait than the SRQ would hold",
             ));
         }
-        match (srq.ring.take(), ring) {
-            (Some(old), Some(new)) => {
-                srq.draining.push_back(old);
-                srq.ring = Some(new);
-            }
-            (None, None) => {}
-            (old, _) => {
-                srq.ring = old;
-                return Err(Error::inval("an SRQ's ring is replaced by a ring"));
-            }
+        if srq.ring.is_some() != ring.is_some() {
+            return Err(Error::inval("an SRQ's ring is replaced by a ring"));
+        }
+        if let (Some(old), Some(new)) = (srq.ring.take(), ring) {
+            srq.draining.push_back(old);
+            srq.ring = Some(new);
         }
         srq.max_wr = max_wr;
+        if let Some(l) = limit {
+            srq.limit = l;
+        }
         Ok(())
     }
 
@@ -283,17 +283,8 @@ mod tests {
         assert_eq!(e.call(0, QuerySrq { srqn }).unwrap().max_wr, 8, "unchanged");
         size(&mut e, 16, Some(6)).unwrap();
         assert!(size(&mut e, 5, None).is_err(), "below the armed limit");
-        size(&mut e, 4, Some(0)).unwrap_err();
-        e.call(
-            0,
-            ModifySrq {
-                srqn,
-                max_wr: None,
-                limit: Some(0),
-            },
-        )
-        .unwrap();
-        size(&mut e, 4, None).unwrap();
+        // A new limit comes with the new size.
+        size(&mut e, 4, Some(0)).unwrap();
         let q = e.call(0, QuerySrq { srqn }).unwrap();
         assert_eq!((q.max_wr, q.srq_limit), (4, 0));
     }

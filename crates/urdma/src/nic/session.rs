@@ -403,24 +403,28 @@ impl Session {
                 limit,
             } => {
                 let srqn = self.srq(srqn)?;
-                if let Some(n) = max_wr {
-                    // A new size comes with the ring the driver posts to
-                    // from now on, of the SRQ's own slot size.
-                    let fd = match (fds.pop(), fds.is_empty()) {
-                        (Some(fd), true) => fd,
-                        _ => return Err(Error::inval("a resized SRQ's work queue is missing")),
-                    };
-                    let sge = d.call(QuerySrq { srqn })?.max_sge;
-                    let ring = Arc::new(WorkRing::from_fd(fd, n, wq::recv_slot_len(sge))?);
-                    d.with_engine(|e, _| e.resize_srq(srqn, n, Some(ring)))?;
-                }
-                if limit.is_some() {
+                let Some(n) = max_wr else {
                     d.call(ModifySrq {
                         srqn,
                         max_wr: None,
                         limit,
                     })?;
+                    return Ok(Value::Done);
+                };
+                // A new size comes with the ring the driver posts to from
+                // now on, of the SRQ's own slot size; the engine checks
+                // everything (size and limit together) before it changes
+                // anything.
+                let fd = match (fds.pop(), fds.is_empty()) {
+                    (Some(fd), true) => fd,
+                    _ => return Err(Error::inval("a resized SRQ's work queue is missing")),
+                };
+                if n == 0 || n > dev.device.attr().max_qp_wr {
+                    return Err(Error::inval("SRQ size out of range"));
                 }
+                let sge = d.call(QuerySrq { srqn })?.max_sge;
+                let ring = Arc::new(WorkRing::from_fd(fd, n, wq::recv_slot_len(sge))?);
+                d.with_engine(|e, _| e.resize_srq(srqn, n, limit, Some(ring)))?;
                 Value::Done
             }
             R::QuerySrq { srqn } => Value::SrqAttr(d.call(QuerySrq {
