@@ -304,10 +304,25 @@ pub fn event(id: usize, kind: rdma_cm_event_type, status: i32) -> Box<EventBox> 
 
 /// Set `param.conn` of `b` with `data` as its private data.
 pub fn set_conn(b: &mut EventBox, data: &[u8], fill: impl FnOnce(&mut rdma_conn_param)) {
-    b.data = data.to_vec();
+    let (ptr, len) = keep(b, data);
     // SAFETY: conn is the member of the union rdma_cm uses for RC and UC.
     let conn = unsafe { &mut b.ev.param.conn };
     fill(conn);
-    conn.private_data = b.data.as_ptr().cast();
-    conn.private_data_len = b.data.len().min(255) as u8;
+    (conn.private_data, conn.private_data_len) = (ptr, len);
+}
+
+/// Set `param.ud` of `b` with `data` as its private data.
+pub fn set_ud(b: &mut EventBox, data: &[u8], fill: impl FnOnce(&mut rdma_ud_param)) {
+    let (ptr, len) = keep(b, data);
+    // SAFETY: ud is the member of the union rdma_cm uses for UD IDs.
+    let ud = unsafe { &mut b.ev.param.ud };
+    fill(ud);
+    (ud.private_data, ud.private_data_len) = (ptr, len);
+}
+
+/// Keep `data` in `b` (the event owns its private data): where it is and
+/// its length as rdma_cm reports it.
+fn keep(b: &mut EventBox, data: &[u8]) -> (*const std::ffi::c_void, u8) {
+    b.data = data.to_vec();
+    (b.data.as_ptr().cast(), b.data.len().min(255) as u8)
 }

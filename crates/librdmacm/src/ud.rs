@@ -8,7 +8,7 @@
 //! unanswered one is UNREACHABLE with `-ETIMEDOUT`; an answer with
 //! another Q_Key than rdma_cm's is ADDR_ERROR with `-EINVAL`.
 
-use crate::state::{event, Locked, Phase};
+use crate::state::{event, set_ud, Locked, Phase};
 use crate::sys::*;
 use std::net::SocketAddr;
 use urdma::cm::{CmOp, ResolveParams, SidrRep, SidrReq, SIDR_REQ_PRIVATE_LEN, SIDR_STATUS_VALID};
@@ -124,14 +124,4 @@ pub fn on_reply(st: &mut Locked, id: usize, rep: &SidrRep) {
         ah.grh.traffic_class = tos;
     });
     st.push(id, b);
-}
-
-/// Set `param.ud` of `b` with `data` as its private data.
-fn set_ud(b: &mut crate::state::EventBox, data: &[u8], fill: impl FnOnce(&mut rdma_ud_param)) {
-    b.data = data.to_vec();
-    // SAFETY: ud is the member of the union rdma_cm uses for UD IDs.
-    let ud = unsafe { &mut b.ev.param.ud };
-    fill(ud);
-    ud.private_data = b.data.as_ptr().cast();
-    ud.private_data_len = b.data.len().min(255) as u8;
 }

@@ -377,10 +377,7 @@ impl Session {
             }
             R::CreateSrq { pd, attr } => {
                 let pd = self.pd(pd)?;
-                let fd = match (fds.pop(), fds.is_empty()) {
-                    (Some(fd), true) => fd,
-                    _ => return Err(Error::inval("an SRQ's work queue is missing")),
-                };
+                let fd = only_fd(fds, "an SRQ's work queue")?;
                 let (srqn, got) = d.with_engine(|e, now| {
                     let n = e.call(now, CreateSrq { pd, attr })?;
                     e.call(now, QuerySrq { srqn: n }).map(|q| (n, q))
@@ -415,10 +412,7 @@ impl Session {
                 // now on, of the SRQ's own slot size; the engine checks
                 // everything (size and limit together) before it changes
                 // anything.
-                let fd = match (fds.pop(), fds.is_empty()) {
-                    (Some(fd), true) => fd,
-                    _ => return Err(Error::inval("a resized SRQ's work queue is missing")),
-                };
+                let fd = only_fd(fds, "a resized SRQ's work queue")?;
                 if n == 0 || n > dev.device.attr().max_qp_wr {
                     return Err(Error::inval("SRQ size out of range"));
                 }
@@ -619,6 +613,14 @@ impl Session {
             srqs: self.srqs.len(),
             qps,
         }
+    }
+}
+
+/// The one descriptor a request passed (`what` it is).
+fn only_fd(fds: &mut Vec<OwnedFd>, what: &str) -> Result<OwnedFd> {
+    match (fds.pop(), fds.is_empty()) {
+        (Some(fd), true) => Ok(fd),
+        _ => Err(Error::inval(format!("{what} is missing"))),
     }
 }
 
