@@ -2,7 +2,9 @@
 //! perftest measures them, beside TCP on the same path.
 
 mod client;
+mod plot;
 pub(crate) mod proto;
+mod report;
 mod server;
 mod session;
 mod stats;
@@ -82,6 +84,19 @@ pub struct BenchArgs {
     /// Server: exit after one client.
     #[arg(long)]
     once: bool,
+    /// Between the two local devices, take the UDP path even though one
+    /// NIC serves both (each process then runs a NIC of its own, and
+    /// internal loopback is off): the path two hosts take.
+    #[arg(long)]
+    udp: bool,
+    /// Print the results as one JSON document on stdout (the tables go
+    /// to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Draw bandwidth and latency against message size, urdma beside
+    /// TCP, into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
 }
 
 fn params(a: &BenchArgs, max_size: usize) -> Result<Params> {
@@ -112,6 +127,11 @@ fn sizes(a: &BenchArgs) -> Result<Vec<usize>> {
 /// Run `urdma bench`.
 pub fn run(a: &BenchArgs) -> Result<()> {
     a.peer.start_capture();
+    if a.udp {
+        // Before any device opens; the local server process inherits them.
+        std::env::set_var("URDMA_NIC", "embedded");
+        std::env::set_var("URDMA_LOOPBACK", "udp");
+    }
     let sizes = sizes(a)?;
     let p = params(a, *sizes.iter().max().unwrap_or(&1))?;
     if a.peer.server {
@@ -132,6 +152,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         iters: a.iters,
         bw: !a.lat_only,
         lat: !a.bw_only,
+        json: a.json,
+        plot: a.plot.clone(),
     };
     match a.peer.host {
         Some(host) => {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// Latency figures in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Latency {
     /// Minimum.
     pub min: f64,
@@ -46,17 +46,16 @@ pub fn bandwidth(size: usize, iters: usize, elapsed: Duration) -> (f64, f64) {
     )
 }
 
-/// Print a section header.
-pub fn header(title: &str, bw: bool) {
-    println!("{}", "-".repeat(96));
-    println!("{:^96}", title);
-    if bw {
-        println!(
+/// A section header.
+pub fn header(title: &str, bw: bool) -> String {
+    let mut h = format!("{}\n{:^96}\n", "-".repeat(96), title);
+    h += &if bw {
+        format!(
             " {:>10} {:>12} {:>16} {:>14} {:>16} {:>12}",
             "#bytes", "#iterations", "BW avg[MiB/s]", "MsgRate[Mpps]", "TCP BW[MiB/s]", "urdma/TCP"
-        );
+        )
     } else {
-        println!(
+        format!(
             " {:>10} {:>12} {:>10} {:>12} {:>10} {:>10} {:>10} {:>12} {:>10}",
             "#bytes",
             "#iterations",
@@ -67,21 +66,22 @@ pub fn header(title: &str, bw: bool) {
             "t_max[us]",
             "TCP t_typ[us]",
             "TCP/urdma"
-        );
-    }
+        )
+    };
+    h
 }
 
-/// Print a bandwidth row.
-pub fn bw_row(size: usize, iters: usize, mib_s: f64, mpps: f64, tcp: Option<f64>) {
+/// A bandwidth row.
+pub fn bw_row(size: usize, iters: usize, mib_s: f64, mpps: f64, tcp: Option<f64>) -> String {
     let (t, r) = match tcp {
         Some(t) if t > 0.0 => (format!("{t:.2}"), format!("{:.2}", mib_s / t)),
         _ => ("-".into(), "-".into()),
     };
-    println!(" {size:>10} {iters:>12} {mib_s:>16.2} {mpps:>14.4} {t:>16} {r:>12}");
+    format!(" {size:>10} {iters:>12} {mib_s:>16.2} {mpps:>14.4} {t:>16} {r:>12}")
 }
 
-/// Print a latency row.
-pub fn lat_row(size: usize, iters: usize, l: &Latency, tcp: Option<&Latency>) {
+/// A latency row.
+pub fn lat_row(size: usize, iters: usize, l: &Latency, tcp: Option<&Latency>) -> String {
     let (t, r) = match tcp {
         Some(t) if l.median > 0.0 => (
             format!("{:.2}", t.median),
@@ -89,10 +89,10 @@ pub fn lat_row(size: usize, iters: usize, l: &Latency, tcp: Option<&Latency>) {
         ),
         _ => ("-".into(), "-".into()),
     };
-    println!(
+    format!(
         " {size:>10} {iters:>12} {:>10.2} {:>12.2} {:>10.2} {:>10.2} {:>10.2} {t:>12} {r:>10}",
         l.min, l.median, l.avg, l.p99, l.max
-    );
+    )
 }
 
 #[cfg(test)]

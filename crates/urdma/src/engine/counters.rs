@@ -69,6 +69,8 @@ counter_table! {
     Dropped => "dropped",
     /// Packets that could not be sent (socket error).
     TxErrors => "tx_errors",
+    /// Packets delivered to a device of the same NIC without the network (internal loopback).
+    Loopback => "loopback_packets",
 }
 
 /// Number of counters.

@@ -293,9 +293,30 @@ impl Engine {
         now: u64,
         batch: impl IntoIterator<Item = (SocketAddr, &'d [u8])>,
     ) {
+        self.handle_batch_checked(now, batch, true);
+    }
+
+    /// As [`Engine::handle_batch`], for datagrams that another engine of
+    /// this NIC built and handed over internally (internal loopback): the
+    /// ICRC was computed by this very code, and no wire could corrupt
+    /// them, so it is not checked again.
+    pub fn handle_internal_batch<'d>(
+        &mut self,
+        now: u64,
+        batch: impl IntoIterator<Item = (SocketAddr, &'d [u8])>,
+    ) {
+        self.handle_batch_checked(now, batch, false);
+    }
+
+    fn handle_batch_checked<'d>(
+        &mut self,
+        now: u64,
+        batch: impl IntoIterator<Item = (SocketAddr, &'d [u8])>,
+        check_icrc: bool,
+    ) {
         self.batching = true;
         for (src, data) in batch {
-            self.handle_datagram(now, src, data);
+            self.handle_one(now, src, data, check_icrc);
         }
         self.batching = false;
         let due = std::mem::take(&mut self.deferred_acks);
@@ -305,6 +326,11 @@ impl Engine {
                 responder::flush_ack(qp, &mut cx);
             }
         }
+    }
+
+    /// Count datagrams delivered by internal loopback.
+    pub fn count_loopback(&mut self, n: u64) {
+        self.counters.add(Counter::Loopback, n);
     }
 
     /// Count datagrams the fabric could not send.
@@ -319,20 +345,21 @@ impl Engine {
 
     /// Process one received datagram from `src`.
     pub fn handle_datagram(&mut self, now: u64, src: SocketAddr, data: &[u8]) {
+        self.handle_one(now, src, data, true);
+    }
+
+    fn handle_one(&mut self, now: u64, src: SocketAddr, data: &[u8], check_icrc: bool) {
         let ctx = IcrcContext {
             src,
             dst: self.local,
         };
         // Any sender: rxe and RNICs put a non-zero IPv4 identification,
         // which the ICRC covers and the socket does not show.
-        let checked = urdma_wire::check_icrc_any_ident(data, &ctx).and_then(|ident| {
-            let fixed = ident.is_none_or(|i| i == urdma_wire::Ipv4Ident::SENT);
-            if self.idents.accept(src.ip(), fixed) {
-                urdma_wire::parse_unchecked(data)
-            } else {
-                Err(WireError::BadIcrc)
-            }
-        });
+        let checked = if !check_icrc {
+            urdma_wire::parse_unchecked(data)
+        } else {
+            self.check_icrc(data, &ctx, src)
+        };
         let pkt = match checked {
             Ok(p) => p,
             Err(e) => {
@@ -383,6 +410,25 @@ impl Engine {
             _ => responder::on_request(qp, &mut cx, &pkt),
         }
         requester::pump(qp, &mut cx);
+    }
+}
+
+impl Engine {
+    /// Check a received datagram's ICRC and parse it.
+    fn check_icrc<'d>(
+        &mut self,
+        data: &'d [u8],
+        ctx: &IcrcContext,
+        src: SocketAddr,
+    ) -> Result<urdma_wire::Packet<'d>, WireError> {
+        urdma_wire::check_icrc_any_ident(data, ctx).and_then(|ident| {
+            let fixed = ident.is_none_or(|i| i == urdma_wire::Ipv4Ident::SENT);
+            if self.idents.accept(src.ip(), fixed) {
+                urdma_wire::parse_unchecked(data)
+            } else {
+                Err(WireError::BadIcrc)
+            }
+        })
     }
 }
 

@@ -133,33 +133,6 @@ pub fn wait_readable(fd: RawFd, timeout: Option<std::time::Duration>) -> io::Res
     Ok(n > 0)
 }
 
-/// As [`wait_readable`], but first poll without sleeping until `spin_until`
-/// (busy polling: a datagram that comes soon is taken without the cost of
-/// a wake-up).
-pub fn wait_readable_polling(
-    fd: RawFd,
-    timeout: Option<std::time::Duration>,
-    spin_until: std::time::Instant,
-) -> io::Result<bool> {
-    let start = std::time::Instant::now();
-    let end = timeout.and_then(|t| start.checked_add(t));
-    loop {
-        let now = std::time::Instant::now();
-        if now >= spin_until {
-            break;
-        }
-        if end.is_some_and(|e| now >= e) {
-            return Ok(false);
-        }
-        if wait_readable(fd, Some(std::time::Duration::ZERO))? {
-            return Ok(true);
-        }
-        std::thread::yield_now();
-    }
-    let rest = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
-    wait_readable(fd, rest)
-}
-
 /// Datagrams sent per `sendmmsg` call.
 pub const SEND_BATCH: usize = 64;
 

@@ -3,6 +3,7 @@
 pub mod batch;
 pub mod capture;
 pub mod events;
+pub mod loopback;
 pub mod sim;
 pub mod stats;
 pub mod udp;

@@ -3,6 +3,7 @@
 //! engine and sending what the engine produces.
 
 use super::batch::RecvBatch;
+use super::loopback::{Inbox, Routed};
 pub use super::events::EventNotifier;
 use super::events::EventQueue;
 use super::stats;
@@ -42,6 +43,19 @@ pub struct UdpDriver {
     holders_changed: AtomicBool,
     /// Where datagrams for the kernel's QP 1 go.
     kernel_gsi_sink: Mutex<Option<GsiSink>>,
+    /// Datagrams from devices of this process (internal loopback).
+    inbox: Inbox,
+    /// This driver, for handing itself to the loopback path.
+    me: std::sync::Weak<UdpDriver>,
+    /// The receive thread sleeps in the kernel: a datagram put in the
+    /// inbox must wake it.
+    parked: AtomicBool,
+}
+
+impl Drop for UdpDriver {
+    fn drop(&mut self) {
+        super::loopback::detach(self.local, self);
+    }
 }
 
 /// Takes datagrams for the kernel's QP 1 (see [`UdpDriver::set_kernel_gsi_sink`]).
@@ -112,7 +126,7 @@ impl UdpDriver {
     pub fn bind(name: &str, local: SocketAddr, engine: Engine) -> std::io::Result<Arc<Self>> {
         let socket = make_socket(local)?;
         let local = socket.local_addr()?;
-        Ok(Arc::new(UdpDriver {
+        let driver = Arc::new_cyclic(|me| UdpDriver {
             name: name.to_string(),
             engine: Mutex::new(engine),
             send_order: Mutex::new(()),
@@ -127,7 +141,12 @@ impl UdpDriver {
             holders: Mutex::new(None),
             holders_changed: AtomicBool::new(false),
             kernel_gsi_sink: Mutex::new(None),
-        }))
+            inbox: Inbox::default(),
+            me: me.clone(),
+            parked: AtomicBool::new(false),
+        });
+        super::loopback::attach(&driver);
+        Ok(driver)
     }
 
     /// The bound address.
@@ -180,24 +199,42 @@ impl UdpDriver {
         if out.is_empty() {
             drop(eng);
             self.to_kernel_gsi(for_kernel);
+            self.take_own_inbox();
             return;
+        }
+        let routed = Routed::new(out);
+        if routed.internal_count > 0 {
+            eng.count_loopback(routed.internal_count as u64);
         }
         let sending = self.send_order.lock().unwrap_or_else(|e| e.into_inner());
         drop(eng);
         use std::os::fd::AsRawFd;
-        let items: Vec<(SocketAddr, &[u8])> =
-            out.iter().map(|t| (t.dst, t.data.as_slice())).collect();
         // Recorded before sending, so that no answer precedes its request
         // in the capture. A program may exit without closing its device:
         // each batch reaches the file at once.
         self.each_capture(|cap| {
-            for (dst, data) in &items {
-                cap.record(self.local, *dst, data);
+            for (dst, data) in routed.all() {
+                cap.record(self.local, dst, data);
             }
             cap.flush();
         });
+        let (internal, external) = routed.split();
+        // Queued in engine order, taken (below) with nothing held.
+        let mut targets = Vec::with_capacity(internal.len());
+        for (target, datagrams) in internal {
+            target.inbox.push(self.local, datagrams);
+            targets.push(target);
+        }
+        let items: Vec<(SocketAddr, &[u8])> = external
+            .iter()
+            .map(|t| (t.dst, t.data.as_slice()))
+            .collect();
         let failed = super::batch::send_all(self.socket.as_raw_fd(), &items);
         drop(sending);
+        for target in targets {
+            super::loopback::run_inline(target);
+        }
+        self.take_own_inbox();
         self.to_kernel_gsi(for_kernel);
         if failed > 0 {
             tracing::debug!(failed, "datagrams not sent");
@@ -281,6 +318,55 @@ impl UdpDriver {
             .retain(|c| !Arc::ptr_eq(c, cap));
     }
 
+    /// Handle what the inbox holds on this thread, unless another thread
+    /// drives the engine now. Returns false when it could not.
+    pub(crate) fn drain_inbox_here(&self) -> bool {
+        let eng = match self.engine.try_lock() {
+            Ok(e) => e,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        let mut eng = eng;
+        let internal = self.inbox.take(Vec::new());
+        if internal.is_empty() {
+            return true;
+        }
+        let now = self.now();
+        self.handle_internal(&mut eng, now, &internal);
+        self.flush(eng);
+        true
+    }
+
+    /// Record (when capturing) and handle datagrams of the inbox.
+    fn handle_internal(&self, eng: &mut Engine, now: u64, internal: &[(SocketAddr, Vec<u8>)]) {
+        self.each_capture(|cap| {
+            for (src, data) in internal {
+                cap.record_received(*src, self.local, data);
+            }
+            cap.flush();
+        });
+        eng.handle_internal_batch(now, internal.iter().map(|(s, d)| (*s, d.as_slice())));
+    }
+
+    /// Datagrams reached the inbox while this thread drove the engine
+    /// (another thread could not take the engine for them): handle them
+    /// now.
+    fn take_own_inbox(&self) {
+        if self.inbox.is_pending() {
+            if let Some(me) = self.me.upgrade() {
+                super::loopback::run_inline(me);
+            }
+        }
+    }
+
+    /// Wake the receive thread if it sleeps in the kernel while datagrams
+    /// wait in its inbox.
+    pub(crate) fn wake_for_inbox(&self) {
+        if self.inbox.is_pending() && self.parked.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
     /// Wake the receive thread with an empty datagram to itself.
     fn wake(&self) {
         let _ = self.socket.send_to(&[], self.local);
@@ -331,6 +417,48 @@ impl UdpDriver {
         self.wake();
     }
 
+    /// Wait until the socket is readable (true), the inbox holds
+    /// datagrams or `timeout` passes (false). Polls without sleeping until
+    /// `spin_until` (busy polling: input that comes soon is taken without
+    /// the cost of a wake-up).
+    fn wait_input(
+        &self,
+        fd: std::os::fd::RawFd,
+        timeout: Option<Duration>,
+        spin_until: Instant,
+    ) -> std::io::Result<bool> {
+        use super::batch::wait_readable;
+        let end = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            if self.inbox.is_pending() {
+                return wait_readable(fd, Some(Duration::ZERO));
+            }
+            let now = Instant::now();
+            if now >= spin_until {
+                break;
+            }
+            if end.is_some_and(|e| now >= e) {
+                return Ok(false);
+            }
+            if wait_readable(fd, Some(Duration::ZERO))? {
+                return Ok(true);
+            }
+            std::thread::yield_now();
+        }
+        // Parked before the inbox is looked at for the last time: a device
+        // that queues a datagram after that look sees `parked` and wakes
+        // this thread.
+        self.parked.store(true, Ordering::SeqCst);
+        let r = if self.inbox.is_pending() {
+            wait_readable(fd, Some(Duration::ZERO))
+        } else {
+            let rest = end.map(|e| e.saturating_duration_since(Instant::now()));
+            wait_readable(fd, rest)
+        };
+        self.parked.store(false, Ordering::SeqCst);
+        r
+    }
+
     fn rx_loop(&self) {
         use std::os::fd::AsRawFd;
         let mut batch = RecvBatch::new();
@@ -339,6 +467,7 @@ impl UdpDriver {
         let mut published_packets = u64::MAX;
         let busy_poll = crate::config::busy_poll();
         let mut last_rx = std::time::Instant::now();
+        let mut internal = Vec::new();
         while !self.shutdown.load(Ordering::Acquire) {
             let (timeout, snapshot) = {
                 let eng = self.lock();
@@ -384,11 +513,12 @@ impl UdpDriver {
             // Wait with a high-resolution timeout (the socket's own receive
             // timeout is only as fine as the scheduler tick), then take
             // whatever arrived without blocking.
-            let got = match super::batch::wait_readable_polling(fd, timeout, last_rx + busy_poll) {
+            let got = match self.wait_input(fd, timeout, last_rx + busy_poll) {
                 Ok(true) => batch.recv(fd),
                 Ok(false) => Err(std::io::ErrorKind::TimedOut.into()),
                 Err(e) => Err(e),
             };
+
             if got.is_ok() {
                 // A wake-up (an empty datagram from this socket) is no
                 // traffic to keep polling for.
@@ -430,6 +560,13 @@ impl UdpDriver {
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) => {}
                 Err(e) => tracing::debug!(error = %e, "receive failed"),
+            }
+            // Taken with the engine locked, so that batches another thread
+            // drains meanwhile are handled in the order they were queued.
+            internal = self.inbox.take(internal);
+            if !internal.is_empty() {
+                last_rx = std::time::Instant::now();
+                self.handle_internal(&mut eng, now, &internal);
             }
             if eng.next_deadline().is_some_and(|d| d <= now) {
                 eng.handle_timeouts(now);

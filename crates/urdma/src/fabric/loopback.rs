@@ -1,0 +1,243 @@
+//! Internal loopback: datagrams between devices of one NIC (one process,
+//! such as the NIC agent serving every address of the host) go from engine
+//! to engine without the network, as an RNIC loops back traffic between
+//! its own ports. The packets are the same RoCEv2 packets; only the UDP
+//! socket, the kernel's network stack and its copies are left out.
+//!
+//! `URDMA_LOOPBACK=udp` turns it off (every datagram then takes the UDP
+//! socket, as between hosts).
+
+use super::udp::UdpDriver;
+use crate::engine::Transmit;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+/// The devices of this process that take datagrams internally, by address.
+fn table() -> &'static Mutex<HashMap<SocketAddr, Weak<UdpDriver>>> {
+    static TABLE: OnceLock<Mutex<HashMap<SocketAddr, Weak<UdpDriver>>>> = OnceLock::new();
+    TABLE.get_or_init(Default::default)
+}
+
+/// Whether internal loopback is on (`URDMA_LOOPBACK` is not `udp`).
+pub fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| parse_mode(std::env::var("URDMA_LOOPBACK").ok().as_deref()))
+}
+
+/// `URDMA_LOOPBACK`'s meaning: unset or `internal` is on, `udp` is off;
+/// anything else keeps the default (on) with a warning.
+fn parse_mode(v: Option<&str>) -> bool {
+    match v {
+        None | Some("") | Some("internal") => true,
+        Some("udp") => false,
+        Some(other) => {
+            tracing::warn!(
+                value = other,
+                "URDMA_LOOPBACK is `internal` or `udp`; internal loopback stays on"
+            );
+            true
+        }
+    }
+}
+
+/// Make `driver` reachable internally at its address.
+pub(crate) fn attach(driver: &Arc<UdpDriver>) {
+    if !enabled() {
+        return;
+    }
+    let mut t = table().lock().unwrap_or_else(|e| e.into_inner());
+    t.retain(|_, w| w.strong_count() > 0);
+    t.insert(driver.local(), Arc::downgrade(driver));
+}
+
+/// Forget the device at `addr` (when it is `driver`, or gone).
+pub(crate) fn detach(addr: SocketAddr, driver: *const UdpDriver) {
+    let mut t = table().lock().unwrap_or_else(|e| e.into_inner());
+    if t
+        .get(&addr)
+        .is_some_and(|w| w.as_ptr() == driver || w.strong_count() == 0)
+    {
+        t.remove(&addr);
+    }
+}
+
+/// The device of this process at `addr`, if any.
+pub(crate) fn lookup(addr: SocketAddr) -> Option<Arc<UdpDriver>> {
+    if !enabled() {
+        return None;
+    }
+    table()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&addr)
+        .and_then(Weak::upgrade)
+}
+
+/// Inbox drains one thread carries out in a row before it leaves the
+/// rest to the devices' receive threads.
+const MAX_INLINE_DRAINS: usize = 32;
+
+thread_local! {
+    /// Devices whose inbox this thread is to drain, while it drains one
+    /// (a delivery made meanwhile is queued here instead of recursing).
+    static DRAINING: std::cell::RefCell<Option<std::collections::VecDeque<Arc<UdpDriver>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Datagrams were put in `target`'s inbox: handle them on this thread, as
+/// a NIC's loopback path does at once, without waking another thread;
+/// what this thread cannot take (another drives that engine, or it has
+/// done [`MAX_INLINE_DRAINS`] already) goes to the receive threads.
+pub(crate) fn run_inline(target: Arc<UdpDriver>) {
+    let queued = DRAINING.with(|d| match d.borrow_mut().as_mut() {
+        Some(q) => {
+            if !q.iter().any(|t| Arc::ptr_eq(t, &target)) {
+                q.push_back(target.clone());
+            }
+            true
+        }
+        None => false,
+    });
+    if queued {
+        return;
+    }
+    DRAINING.with(|d| *d.borrow_mut() = Some(std::collections::VecDeque::from([target])));
+    let mut drains = 0;
+    while let Some(t) = DRAINING.with(|d| d.borrow_mut().as_mut().and_then(|q| q.pop_front())) {
+        if drains < MAX_INLINE_DRAINS && t.drain_inbox_here() {
+            drains += 1;
+        } else {
+            t.wake_for_inbox();
+        }
+    }
+    DRAINING.with(|d| *d.borrow_mut() = None);
+}
+
+/// One flush's datagrams, each marked with the device of this process
+/// that takes it internally, if any.
+pub(crate) struct Routed {
+    out: Vec<Transmit>,
+    /// Index into `targets` per datagram, or None for the network.
+    route: Vec<Option<usize>>,
+    targets: Vec<Arc<UdpDriver>>,
+    /// Datagrams that stay inside.
+    pub internal_count: usize,
+}
+
+impl Routed {
+    /// Route the datagrams `out` a device sends.
+    pub fn new(out: Vec<Transmit>) -> Self {
+        let mut seen: Vec<(SocketAddr, Option<usize>)> = Vec::new();
+        let mut targets = Vec::new();
+        let mut internal_count = 0;
+        let route = out
+            .iter()
+            .map(|t| {
+                let r = match seen.iter().find(|(a, _)| *a == t.dst) {
+                    Some((_, r)) => *r,
+                    None => {
+                        let r = lookup(t.dst).map(|d| {
+                            targets.push(d);
+                            targets.len() - 1
+                        });
+                        seen.push((t.dst, r));
+                        r
+                    }
+                };
+                internal_count += usize::from(r.is_some());
+                r
+            })
+            .collect();
+        Routed {
+            out,
+            route,
+            targets,
+            internal_count,
+        }
+    }
+
+    /// Every datagram in the order the engine produced them.
+    pub fn all(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> {
+        self.out.iter().map(|t| (t.dst, t.data.as_slice()))
+    }
+
+    /// The datagrams for each internal device, and those for the network.
+    pub fn split(self) -> (Vec<(Arc<UdpDriver>, Vec<Vec<u8>>)>, Vec<Transmit>) {
+        let mut internal: Vec<(Arc<UdpDriver>, Vec<Vec<u8>>)> =
+            self.targets.into_iter().map(|d| (d, Vec::new())).collect();
+        let mut external = Vec::with_capacity(self.out.len() - self.internal_count);
+        for (t, r) in self.out.into_iter().zip(self.route) {
+            match r {
+                Some(i) => internal[i].1.push(t.data),
+                None => external.push(t),
+            }
+        }
+        (internal, external)
+    }
+}
+
+/// Datagrams waiting for a device's receive thread: source and bytes.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    queue: Mutex<Vec<(SocketAddr, Vec<u8>)>>,
+    /// Set when the queue may hold datagrams; read without the lock by
+    /// the receive thread before it sleeps.
+    pending: std::sync::atomic::AtomicBool,
+}
+
+impl Inbox {
+    /// Queue datagrams from `src`.
+    pub fn push(&self, src: SocketAddr, datagrams: impl IntoIterator<Item = Vec<u8>>) {
+        use std::sync::atomic::Ordering;
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.extend(datagrams.into_iter().map(|d| (src, d)));
+        self.pending.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether datagrams may be waiting.
+    pub fn is_pending(&self) -> bool {
+        self.pending.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Take what waits, handing back `spare` (an emptied earlier batch) so
+    /// its allocation is reused.
+    pub fn take(&self, mut spare: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
+        use std::sync::atomic::Ordering;
+        spare.clear();
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.pending.store(false, Ordering::SeqCst);
+        std::mem::swap(&mut *q, &mut spare);
+        spare
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_names() {
+        assert!(parse_mode(None));
+        assert!(parse_mode(Some("internal")));
+        assert!(!parse_mode(Some("udp")));
+        assert!(parse_mode(Some("bogus")));
+    }
+
+    #[test]
+    fn inbox_hands_over_in_order() {
+        let inbox = Inbox::default();
+        assert!(!inbox.is_pending());
+        let src: SocketAddr = "127.0.0.1:4791".parse().unwrap();
+        inbox.push(src, [vec![1], vec![2]]);
+        inbox.push(src, [vec![3]]);
+        assert!(inbox.is_pending());
+        let got = inbox.take(Vec::new());
+        assert_eq!(
+            got.iter().map(|(_, d)| d[0]).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert!(!inbox.is_pending());
+        assert!(inbox.take(got).is_empty());
+    }
+}
