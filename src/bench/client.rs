@@ -1,8 +1,8 @@
 //! The active side of `urdma bench`: runs each test and prints the table.
 
 use super::proto::{Channel, Msg, TestKind};
-use super::session::{reap, wait_stamp, Params, Session};
 use super::report::{self, BwRow, LatRow, Report};
+use super::session::{reap, wait_stamp, Params, Session};
 use super::stats::{self, Latency};
 use super::{tcp, Op};
 use anyhow::{bail, Result};
@@ -84,7 +84,11 @@ pub fn run(ctrl: TcpStream, data: TcpStream, p: &Params, plan: &Plan) -> Result<
     };
     c.say(&format!(
         "urdma bench: {} -> {} (UDP port {}), RC, path MTU {}, {} outstanding WRs",
-        c.report.client, c.report.server, p.udp_port, p.mtu.bytes(), p.depth
+        c.report.client,
+        c.report.server,
+        p.udp_port,
+        p.mtu.bytes(),
+        p.depth
     ));
     if plan.bw {
         for &op in &plan.ops {
@@ -110,7 +114,10 @@ pub fn run(ctrl: TcpStream, data: TcpStream, p: &Params, plan: &Plan) -> Result<
     }
     if plan.lat {
         for &op in &plan.ops {
-            c.say(&stats::header(&format!("{} Latency Test", op.title()), false));
+            c.say(&stats::header(
+                &format!("{} Latency Test", op.title()),
+                false,
+            ));
             for &size in &plan.sizes {
                 let iters = plan.iters.unwrap_or_else(|| lat_iters(size));
                 c.progress(op, "latency", size);

@@ -147,8 +147,14 @@ fn chart(out: &mut String, x0: f64, title: &str, series: &[Series]) {
         return;
     }
     // Whole decades around the data.
-    let (lx0, lx1) = (xmin.log10().floor(), xmax.log10().ceil().max(xmin.log10().floor() + 1.0));
-    let (ly0, ly1) = (ymin.log10().floor(), ymax.log10().ceil().max(ymin.log10().floor() + 1.0));
+    let (lx0, lx1) = (
+        xmin.log10().floor(),
+        xmax.log10().ceil().max(xmin.log10().floor() + 1.0),
+    );
+    let (ly0, ly1) = (
+        ymin.log10().floor(),
+        ymax.log10().ceil().max(ymin.log10().floor() + 1.0),
+    );
     let pw = CHART_W - MARGIN_L - MARGIN_R;
     let ph = CHART_H - MARGIN_T - MARGIN_B;
     let px = |x: f64| x0 + MARGIN_L + (x.log10() - lx0) / (lx1 - lx0) * pw;

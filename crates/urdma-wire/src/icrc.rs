@@ -240,6 +240,29 @@ pub fn check_icrc_any_ident(
     }
 }
 
+/// Rewrites the ICRC of a complete IPv4 datagram (BTH .. ICRC) whose ICRC
+/// was computed for [`Ipv4Ident::SENT`], so that it is valid when the IP
+/// header carries `ident` instead: what a sender needs when the kernel
+/// gives each segment of a UDP GSO send its own identification (the head
+/// 0, the next 1, and so on). For IPv4 datagrams only: an IPv6 header has
+/// no such field. Fails with [`WireError::Truncated`] if the datagram is
+/// shorter than a BTH and an ICRC.
+pub fn set_ipv4_ident(datagram: &mut [u8], ident: Ipv4Ident) -> Result<(), WireError> {
+    let len = datagram.len();
+    let body_len = len
+        .checked_sub(ICRC_LEN)
+        .filter(|&body| body >= BTH_LEN)
+        .ok_or(WireError::Truncated(len))?;
+    let crc_input_len = LRH_STAND_IN.len() + IPV4_HEADER_LEN + UDP_HEADER_LEN + body_len;
+    let delta = ident::delta(ident, crc_input_len).ok_or(WireError::Truncated(len))?;
+    let icrc = datagram
+        .get_mut(body_len..)
+        .ok_or(WireError::Truncated(len))?;
+    let wire: [u8; ICRC_LEN] = (&*icrc).try_into().map_err(|_| WireError::Truncated(len))?;
+    icrc.copy_from_slice(&(u32::from_le_bytes(wire) ^ delta).to_le_bytes());
+    Ok(())
+}
+
 /// IPv4 header plus UDP header length, for callers sizing IP packets.
 pub const IP_UDP_OVERHEAD_V4: usize = IPV4_HEADER_LEN + UDP_HEADER_LEN;
 /// IPv6 header plus UDP header length.

@@ -62,7 +62,8 @@ pub use deth::Deth;
 pub use error::WireError;
 pub use grh::{GrhRepr, GRH_LEN};
 pub use icrc::{
-    check_icrc, check_icrc_any_ident, compute_icrc, compute_icrc_with, IcrcContext, Ipv4Ident,
+    check_icrc, check_icrc_any_ident, compute_icrc, compute_icrc_with, set_ipv4_ident, IcrcContext,
+    Ipv4Ident,
 };
 pub use ipv4::ipv4_header_sum;
 pub use opcode::{OpKind, Opcode, OpcodeInfo, Position, Transport};

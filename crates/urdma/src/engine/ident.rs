@@ -2,9 +2,11 @@
 //! identification and DF flag, which a UDP socket does not show, so a
 //! received ICRC is accepted for whatever value of those 17 bits makes it
 //! valid; that leaves 15 of its 32 check bits against other corruption.
-//! urdma's own packets always carry identification 0 with DF. Once a
-//! sender has sent [`TRUSTED_AFTER`] packets in a row that are valid as
-//! they are, a later packet of it that is valid only with some other
+//! urdma's own packets carry DF with identification 0, or `k` for the
+//! `k`-th segment of a UDP GSO send (fewer than 64:
+//! [`urdma_wire::Ipv4Ident::is_urdma`]). Once a sender has sent
+//! [`TRUSTED_AFTER`] packets in a row that are valid with such an
+//! identification, a later packet of it that is valid only with some other
 //! identification is far more likely corrupted than re-identified, and is
 //! refused as an ICRC error; a sender that really changes (another stack
 //! on that address) shows it by [`RELEARN_AFTER`] such packets in a row.
@@ -12,7 +14,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-/// Packets valid with identification 0 and DF before a sender is taken
+/// Packets valid with urdma's identifications before a sender is taken
 /// to always use them.
 pub const TRUSTED_AFTER: u32 = 16;
 /// Packets in a row valid only with another identification after which a

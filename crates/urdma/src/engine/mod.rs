@@ -422,7 +422,7 @@ impl Engine {
         src: SocketAddr,
     ) -> Result<urdma_wire::Packet<'d>, WireError> {
         urdma_wire::check_icrc_any_ident(data, ctx).and_then(|ident| {
-            let fixed = ident.is_none_or(|i| i == urdma_wire::Ipv4Ident::SENT);
+            let fixed = ident.is_none_or(urdma_wire::Ipv4Ident::is_urdma);
             if self.idents.accept(src.ip(), fixed) {
                 urdma_wire::parse_unchecked(data)
             } else {

@@ -54,8 +54,7 @@ pub(crate) fn attach(driver: &Arc<UdpDriver>) {
 /// Forget the device at `addr` (when it is `driver`, or gone).
 pub(crate) fn detach(addr: SocketAddr, driver: *const UdpDriver) {
     let mut t = table().lock().unwrap_or_else(|e| e.into_inner());
-    if t
-        .get(&addr)
+    if t.get(&addr)
         .is_some_and(|w| w.as_ptr() == driver || w.strong_count() == 0)
     {
         t.remove(&addr);
@@ -114,6 +113,9 @@ pub(crate) fn run_inline(target: Arc<UdpDriver>) {
     DRAINING.with(|d| *d.borrow_mut() = None);
 }
 
+/// Datagrams for one device of this process.
+pub(crate) type Delivery = (Arc<UdpDriver>, Vec<Vec<u8>>);
+
 /// One flush's datagrams, each marked with the device of this process
 /// that takes it internally, if any.
 pub(crate) struct Routed {
@@ -163,8 +165,8 @@ impl Routed {
     }
 
     /// The datagrams for each internal device, and those for the network.
-    pub fn split(self) -> (Vec<(Arc<UdpDriver>, Vec<Vec<u8>>)>, Vec<Transmit>) {
-        let mut internal: Vec<(Arc<UdpDriver>, Vec<Vec<u8>>)> =
+    pub fn split(self) -> (Vec<Delivery>, Vec<Transmit>) {
+        let mut internal: Vec<Delivery> =
             self.targets.into_iter().map(|d| (d, Vec::new())).collect();
         let mut external = Vec::with_capacity(self.out.len() - self.internal_count);
         for (t, r) in self.out.into_iter().zip(self.route) {

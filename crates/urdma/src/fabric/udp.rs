@@ -3,9 +3,9 @@
 //! engine and sending what the engine produces.
 
 use super::batch::RecvBatch;
-use super::loopback::{Inbox, Routed};
 pub use super::events::EventNotifier;
 use super::events::EventQueue;
+use super::loopback::{Inbox, Routed};
 use super::stats;
 use crate::engine::command::Request;
 use crate::engine::{Counter, Engine, GsiDatagram};
@@ -95,6 +95,13 @@ fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
         )?;
     }
     s.bind(&addr.into())?;
+    {
+        use std::os::fd::AsRawFd;
+        // Runs of datagrams arrive as one buffer (cut apart on receipt).
+        if !super::batch::enable_gro(s.as_raw_fd()) {
+            tracing::debug!("UDP GRO not available");
+        }
+    }
     Ok(s.into())
 }
 
@@ -225,11 +232,8 @@ impl UdpDriver {
             target.inbox.push(self.local, datagrams);
             targets.push(target);
         }
-        let items: Vec<(SocketAddr, &[u8])> = external
-            .iter()
-            .map(|t| (t.dst, t.data.as_slice()))
-            .collect();
-        let failed = super::batch::send_all(self.socket.as_raw_fd(), &items);
+        let mut external = external;
+        let failed = super::batch::send_all(self.socket.as_raw_fd(), &mut external);
         drop(sending);
         for target in targets {
             super::loopback::run_inline(target);
