@@ -22,75 +22,56 @@ struct Series {
     points: Vec<(f64, f64)>,
 }
 
+/// urdma's line per operation and one for TCP (whose figures do not
+/// depend on the operation: those beside the first one are drawn), from
+/// rows of (operation, size, urdma's value, TCP's value).
+fn lines(rows: &[(&str, usize, f64, f64)]) -> Vec<Series> {
+    let mut ops: Vec<&str> = Vec::new();
+    for &(op, ..) in rows {
+        if !ops.contains(&op) {
+            ops.push(op);
+        }
+    }
+    let points = |op: &str, tcp: bool| -> Vec<(f64, f64)> {
+        rows.iter()
+            .filter(|r| r.0 == op)
+            .map(|r| (r.1 as f64, if tcp { r.3 } else { r.2 }))
+            .collect()
+    };
+    let mut v: Vec<Series> = ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| Series {
+            name: format!("urdma {op}"),
+            colour: COLOURS[i % COLOURS.len()],
+            dashed: false,
+            points: points(op, false),
+        })
+        .collect();
+    if let Some(op) = ops.first() {
+        v.push(Series {
+            name: "TCP".into(),
+            colour: TCP_COLOUR,
+            dashed: true,
+            points: points(op, true),
+        });
+    }
+    v
+}
+
 /// The SVG document for `r`.
 pub fn svg(r: &Report) -> String {
-    let ops = |names: Vec<&String>| {
-        let mut v: Vec<String> = Vec::new();
-        for n in names {
-            if !v.contains(n) {
-                v.push(n.clone());
-            }
-        }
-        v
-    };
-    let bw_ops = ops(r.bandwidth.iter().map(|b| &b.op).collect());
-    let mut bw: Vec<Series> = bw_ops
+    let bw_rows: Vec<_> = r
+        .bandwidth
         .iter()
-        .enumerate()
-        .map(|(i, op)| Series {
-            name: format!("urdma {op}"),
-            colour: COLOURS[i % COLOURS.len()],
-            dashed: false,
-            points: r
-                .bandwidth
-                .iter()
-                .filter(|b| &b.op == op)
-                .map(|b| (b.size as f64, b.mib_s))
-                .collect(),
-        })
+        .map(|b| (b.op.as_str(), b.size, b.mib_s, b.tcp_mib_s))
         .collect();
-    if let Some(op) = bw_ops.first() {
-        bw.push(Series {
-            name: "TCP".into(),
-            colour: TCP_COLOUR,
-            dashed: true,
-            points: r
-                .bandwidth
-                .iter()
-                .filter(|b| &b.op == op)
-                .map(|b| (b.size as f64, b.tcp_mib_s))
-                .collect(),
-        });
-    }
-    let lat_ops = ops(r.latency.iter().map(|l| &l.op).collect());
-    let mut lat: Vec<Series> = lat_ops
+    let lat_rows: Vec<_> = r
+        .latency
         .iter()
-        .enumerate()
-        .map(|(i, op)| Series {
-            name: format!("urdma {op}"),
-            colour: COLOURS[i % COLOURS.len()],
-            dashed: false,
-            points: r
-                .latency
-                .iter()
-                .filter(|l| &l.op == op)
-                .map(|l| (l.size as f64, l.urdma_us.median))
-                .collect(),
-        })
+        .map(|l| (l.op.as_str(), l.size, l.urdma_us.median, l.tcp_us.median))
         .collect();
-    if let Some(op) = lat_ops.first() {
-        lat.push(Series {
-            name: "TCP".into(),
-            colour: TCP_COLOUR,
-            dashed: true,
-            points: r
-                .latency
-                .iter()
-                .filter(|l| &l.op == op)
-                .map(|l| (l.size as f64, l.tcp_us.median))
-                .collect(),
-        });
-    }
+    let (bw, lat) = (lines(&bw_rows), lines(&lat_rows));
     let mut out = String::new();
     let _ = write!(
         out,
