@@ -43,6 +43,7 @@ pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
 pub mod cm;
+pub mod cnp;
 pub mod deth;
 mod display;
 mod error;

@@ -77,6 +77,20 @@ fn check_unique(devs: &[DeviceConfig]) -> Result<()> {
     Ok(())
 }
 
+/// Whether devices send ECN-capable packets and answer congestion marks
+/// (`URDMA_ECN`: `1`, the default, or `0`).
+pub fn ecn() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("URDMA_ECN").as_deref() {
+        Ok("0") => false,
+        Ok("1") | Err(_) => true,
+        Ok(other) => {
+            tracing::warn!(value = other, "URDMA_ECN is 0 or 1; ECN stays on");
+            true
+        }
+    })
+}
+
 /// Default busy-polling window (as Linux's `net.core.busy_poll` advice).
 pub const DEFAULT_BUSY_POLL_US: u64 = 50;
 

@@ -63,7 +63,7 @@ for loss in 0 1 5; do
     continue
   fi
   [ -n "$base" ] || base=$bw
-  grep '^client device' "$T/cli" | sed 's/^/    /'
+  grep 'client device' "$T/cli" | sed 's/^/    /'
   awk -v l=$loss -v bw="$bw" -v b="$base" -v tcp="$tcp" -v ms="$ms" -v n="$ITERS" 'BEGIN {
     printf "loss %d%%: RDMA WRITE 1 MiB goodput %8.2f MiB/s, %.2f of the loss-free figure (TCP %s MiB/s; %d writes, %.1f s)\n",
       l, bw, bw / b, tcp, n, ms / 1000 }'

@@ -355,6 +355,8 @@ pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         let deadline = qp.ack_timeout_ns().map(|t| cx.now + t);
         qp.timers.set(TimerKind::Retransmit, deadline);
     }
+    // Paced: the pump below sends what the bucket now allows.
+    qp.timers.take_expired(TimerKind::Pace, cx.now);
     if qp.timers.take_expired(TimerKind::RnrBackoff, cx.now) {
         let deadline = qp.ack_timeout_ns().map(|t| cx.now + t);
         qp.timers.set(TimerKind::Retransmit, deadline);

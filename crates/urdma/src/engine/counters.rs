@@ -71,6 +71,12 @@ counter_table! {
     TxErrors => "tx_errors",
     /// Packets delivered to a device of the same NIC without the network (internal loopback).
     Loopback => "loopback_packets",
+    /// Packets received with the ECN congestion-experienced mark.
+    EcnMarked => "ecn_marked_packets",
+    /// Congestion notification packets sent.
+    CnpSent => "cnp_sent",
+    /// Congestion notification packets received.
+    CnpReceived => "cnp_received",
 }
 
 /// Number of counters.

@@ -9,12 +9,14 @@ mod counters;
 pub mod cwnd;
 mod gsi;
 pub use gsi::{GsiDatagram, GsiSend};
+mod congestion;
 mod ident;
 mod local_ops;
 pub mod mw;
 mod objects;
 pub(crate) mod psn;
 pub(crate) mod qp;
+pub mod rate;
 mod requester;
 mod responder;
 pub(crate) mod rings;
@@ -293,6 +295,17 @@ impl Engine {
         now: u64,
         batch: impl IntoIterator<Item = (SocketAddr, &'d [u8])>,
     ) {
+        self.handle_batch_checked(now, batch.into_iter().map(|(s, d)| (s, d, false)), true);
+    }
+
+    /// As [`Engine::handle_batch`], with each datagram's ECN mark: true
+    /// when its IP header said "congestion experienced", which the engine
+    /// answers with a congestion notification to the sending QP.
+    pub fn handle_batch_ecn<'d>(
+        &mut self,
+        now: u64,
+        batch: impl IntoIterator<Item = (SocketAddr, &'d [u8], bool)>,
+    ) {
         self.handle_batch_checked(now, batch, true);
     }
 
@@ -305,18 +318,18 @@ impl Engine {
         now: u64,
         batch: impl IntoIterator<Item = (SocketAddr, &'d [u8])>,
     ) {
-        self.handle_batch_checked(now, batch, false);
+        self.handle_batch_checked(now, batch.into_iter().map(|(s, d)| (s, d, false)), false);
     }
 
     fn handle_batch_checked<'d>(
         &mut self,
         now: u64,
-        batch: impl IntoIterator<Item = (SocketAddr, &'d [u8])>,
+        batch: impl IntoIterator<Item = (SocketAddr, &'d [u8], bool)>,
         check_icrc: bool,
     ) {
         self.batching = true;
-        for (src, data) in batch {
-            self.handle_one(now, src, data, check_icrc);
+        for (src, data, ce) in batch {
+            self.handle_one(now, src, data, check_icrc, ce);
         }
         self.batching = false;
         let due = std::mem::take(&mut self.deferred_acks);
@@ -345,14 +358,17 @@ impl Engine {
 
     /// Process one received datagram from `src`.
     pub fn handle_datagram(&mut self, now: u64, src: SocketAddr, data: &[u8]) {
-        self.handle_one(now, src, data, true);
+        self.handle_one(now, src, data, true, false);
     }
 
-    fn handle_one(&mut self, now: u64, src: SocketAddr, data: &[u8], check_icrc: bool) {
+    fn handle_one(&mut self, now: u64, src: SocketAddr, data: &[u8], check_icrc: bool, ce: bool) {
         let ctx = IcrcContext {
             src,
             dst: self.local,
         };
+        if urdma_wire::cnp::is_cnp(data) {
+            return self.on_cnp(now, src, data, &ctx, check_icrc);
+        }
         // Any sender: rxe and RNICs put a non-zero IPv4 identification,
         // which the ICRC covers and the socket does not show.
         let checked = if !check_icrc {
@@ -402,6 +418,9 @@ impl Engine {
         if qp.qp_type != crate::types::QpType::Ud && qp.remote.map(|r| r.ip()) != Some(src.ip()) {
             drop_packet(qp, &mut cx, "packet not from the connected peer");
             return;
+        }
+        if ce {
+            congestion::notify(qp, &mut cx);
         }
         match info.kind {
             OpKind::ReadResponse | OpKind::Ack | OpKind::AtomicAck => {

@@ -54,6 +54,10 @@ pub struct ReqState {
     pub last_rewind_psn: u32,
     /// How many PSNs may be outstanding, after the losses seen.
     pub window: super::cwnd::SendWindow,
+    /// How fast it may send, after the congestion notifications seen.
+    pub rate: super::rate::SendRate,
+    /// When this QP last sent a CNP to its peer (ns).
+    pub last_cnp_at: Option<u64>,
     /// Requests posted behind a local operation (bind, invalidate) that
     /// waits for the SQ to empty, in posting order (see
     /// [`super::local_ops`]).

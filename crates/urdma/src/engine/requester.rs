@@ -66,11 +66,20 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             break;
         }
         let Some(dst) = qp.remote else { return };
+        // Paced after congestion notifications: wait for a token.
+        let at = qp.req.rate.next_send(cx.now);
+        if at > cx.now {
+            qp.timers.set(TimerKind::Pace, Some(at));
+            break;
+        }
+        let before = cx.tx.len();
         if send_one(qp, cx, dst, cur).is_err() {
             qp.complete_head(cx, WcStatus::LocProtErr, 0);
             qp.enter_error(cx, Some(AsyncEventKind::QpFatal));
             return;
         }
+        let bytes: usize = cx.tx.iter().skip(before).map(|t| t.data.len()).sum();
+        qp.req.rate.sent(cx.now, bytes);
         if psn::diff(cur, qp.req.high_psn) < 0 {
             cx.count(&mut qp.counters, Counter::Retransmits);
         }

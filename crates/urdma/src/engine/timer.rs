@@ -11,14 +11,18 @@ pub(crate) enum TimerKind {
     /// The driver posted faster than one visit takes: come back for the
     /// rest of its ring once the engine lock has been released.
     Revisit,
+    /// The QP is paced after congestion notifications: its next packet
+    /// may leave then.
+    Pace,
 }
 
 impl TimerKind {
     /// Every kind.
-    const ALL: [TimerKind; 3] = [
+    const ALL: [TimerKind; 4] = [
         TimerKind::Retransmit,
         TimerKind::RnrBackoff,
         TimerKind::Revisit,
+        TimerKind::Pace,
     ];
 }
 

@@ -36,21 +36,46 @@ impl Default for RecvBatch {
     }
 }
 
-/// Ask the kernel to coalesce received datagrams (`UDP_GRO`). Returns
-/// whether it agreed.
-pub fn enable_gro(fd: RawFd) -> bool {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt reads sizeof(c_int) bytes from &on, a live local.
+/// The ECN bits of the IPv4 TOS byte or IPv6 traffic class.
+const ECN_MASK: u8 = 0x03;
+/// ECN "ECN-capable transport" codepoint ECT(0).
+pub const ECN_ECT0: u8 = 0x02;
+/// ECN "congestion experienced" codepoint.
+const ECN_CE: u8 = 0x03;
+
+/// Set an integer socket option. Returns whether the kernel took it.
+pub fn set_int_option(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> bool {
+    // SAFETY: setsockopt reads sizeof(c_int) bytes from &v, a live local.
     let r = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            (&on as *const libc::c_int).cast(),
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
     r == 0
+}
+
+/// Ask the kernel to coalesce received datagrams (`UDP_GRO`). Returns
+/// whether it agreed.
+pub fn enable_gro(fd: RawFd) -> bool {
+    set_int_option(fd, libc::SOL_UDP, libc::UDP_GRO, 1)
+}
+
+/// Send every datagram ECN-capable (ECT(0)), so that a congested router
+/// may mark it instead of dropping it, and report the marks of received
+/// ones. Returns whether the kernel took both.
+pub fn enable_ecn(fd: RawFd, ipv6: bool) -> bool {
+    let ect = libc::c_int::from(ECN_ECT0);
+    if ipv6 {
+        set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, ect)
+            && set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+    } else {
+        set_int_option(fd, libc::IPPROTO_IP, libc::IP_TOS, ect)
+            && set_int_option(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+    }
 }
 
 impl RecvBatch {
@@ -116,30 +141,43 @@ impl RecvBatch {
         Ok(self.count)
     }
 
-    /// The segment size of a GRO run in receive `i`, if the kernel
-    /// coalesced it.
-    fn gro_size(&self, i: usize) -> Option<usize> {
+    /// What the control messages of receive `i` say: the segment size of
+    /// a GRO run, if the kernel coalesced one, and whether the IP header
+    /// carried the ECN "congestion experienced" mark.
+    fn control(&self, i: usize) -> (Option<usize>, bool) {
         let h = &self.hdrs[i].msg_hdr;
+        let (mut gro, mut ce) = (None, false);
         // SAFETY: the kernel filled msg_control with msg_controllen bytes
         // of well-formed control messages; the CMSG macros stay inside
-        // them, and the one read is of a c_int the UDP_GRO message holds.
+        // them, and each read is of the type its message holds (a c_int
+        // for UDP_GRO and IPV6_TCLASS, a byte for IP_TOS).
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(h);
             while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                    return usize::try_from(v).ok().filter(|&v| v > 0);
+                let data = libc::CMSG_DATA(c);
+                match ((*c).cmsg_level, (*c).cmsg_type) {
+                    (libc::SOL_UDP, libc::UDP_GRO) => {
+                        let v = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                        gro = usize::try_from(v).ok().filter(|&v| v > 0);
+                    }
+                    (libc::IPPROTO_IP, libc::IP_TOS) => ce = *data & ECN_MASK == ECN_CE,
+                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                        let v = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                        ce = v & libc::c_int::from(ECN_MASK) == libc::c_int::from(ECN_CE);
+                    }
+                    _ => {}
                 }
                 c = libc::CMSG_NXTHDR(h, c);
             }
         }
-        None
+        (gro, ce)
     }
 
     /// The datagrams of the last call, a GRO run cut back into the
-    /// datagrams it was made of: source and bytes. Truncated datagrams
-    /// come back with `None` as their bytes.
-    pub fn iter(&self) -> impl Iterator<Item = (Option<SocketAddr>, Option<&[u8]>)> + '_ {
+    /// datagrams it was made of: source, bytes and whether they came
+    /// marked "congestion experienced". Truncated datagrams come back with
+    /// `None` as their bytes.
+    pub fn iter(&self) -> impl Iterator<Item = (Option<SocketAddr>, Option<&[u8]>, bool)> + '_ {
         (0..self.count).flat_map(move |i| {
             let h = &self.hdrs[i];
             let len = (h.msg_len as usize).min(SLOT);
@@ -151,7 +189,8 @@ impl RecvBatch {
             // SAFETY: the kernel filled addrs[i] with msg_namelen valid bytes.
             let addr = unsafe { socket2::SockAddr::new(self.addrs[i], h.msg_hdr.msg_namelen) };
             let src = addr.as_socket();
-            let step = self.gro_size(i).unwrap_or(SLOT).max(1);
+            let (gro, ce) = self.control(i);
+            let step = gro.unwrap_or(SLOT).max(1);
             let (run, single) = match data {
                 Some(d) if !d.is_empty() => (Some(d.chunks(step)), None),
                 other => (None, Some(other)),
@@ -160,7 +199,7 @@ impl RecvBatch {
                 .flatten()
                 .map(Some)
                 .chain(single)
-                .map(move |p| (src, p))
+                .map(move |p| (src, p, ce))
         })
     }
 }
@@ -454,8 +493,9 @@ mod tests {
                 wait_readable(rx.as_raw_fd(), Some(std::time::Duration::from_secs(5))).unwrap()
             );
             batch.recv(rx.as_raw_fd()).unwrap();
-            for (from, data) in batch.iter() {
+            for (from, data, ce) in batch.iter() {
                 assert_eq!(from, Some(src));
+                assert!(!ce, "no router marks loopback traffic");
                 let data = data.expect("not truncated");
                 assert_eq!(data.len(), 1024);
                 got.push(urdma_wire::check_icrc_any_ident(data, &ctx).ok().flatten());

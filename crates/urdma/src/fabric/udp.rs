@@ -101,6 +101,9 @@ fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
         if !super::batch::enable_gro(s.as_raw_fd()) {
             tracing::debug!("UDP GRO not available");
         }
+        if crate::config::ecn() && !super::batch::enable_ecn(s.as_raw_fd(), addr.is_ipv6()) {
+            tracing::debug!("ECN marks not available");
+        }
     }
     Ok(s.into())
 }
@@ -526,11 +529,14 @@ impl UdpDriver {
             if got.is_ok() {
                 // A wake-up (an empty datagram from this socket) is no
                 // traffic to keep polling for.
-                if batch.iter().any(|(_, d)| d.is_some_and(|d| !d.is_empty())) {
+                if batch
+                    .iter()
+                    .any(|(_, d, _)| d.is_some_and(|d| !d.is_empty()))
+                {
                     last_rx = std::time::Instant::now();
                 }
                 self.each_capture(|cap| {
-                    for (src, data) in batch.iter() {
+                    for (src, data, _) in batch.iter() {
                         if let (Some(src), Some(data)) = (src, data) {
                             if !data.is_empty() {
                                 cap.record_received(src, self.local, data);
@@ -547,15 +553,17 @@ impl UdpDriver {
             match got {
                 Ok(_) => {
                     let mut truncated = 0;
-                    let items = batch.iter().filter_map(|(src, data)| match (src, data) {
-                        (Some(s), Some(d)) if !d.is_empty() => Some((s, d)),
-                        (_, None) => {
-                            truncated += 1;
-                            None
-                        }
-                        _ => None,
-                    });
-                    eng.handle_batch(now, items);
+                    let items = batch
+                        .iter()
+                        .filter_map(|(src, data, ce)| match (src, data) {
+                            (Some(s), Some(d)) if !d.is_empty() => Some((s, d, ce)),
+                            (_, None) => {
+                                truncated += 1;
+                                None
+                            }
+                            _ => None,
+                        });
+                    eng.handle_batch_ecn(now, items);
                     eng.count_oversized(truncated);
                 }
                 Err(e)

@@ -12,6 +12,7 @@
 //!
 //! Each test's doc comment names the protocol rule it pins.
 
+mod congestion;
 mod duplicates;
 mod invalidate;
 mod local_ops;
@@ -291,7 +292,7 @@ impl Node {
     }
 
     /// Hand the engine datagram `data` from `src` at time `now`.
-    fn input(&mut self, now: u64, src: SocketAddr, data: &[u8]) {
+    pub fn input(&mut self, now: u64, src: SocketAddr, data: &[u8]) {
         self.eng.handle_datagram(now, src, data);
         self.collect();
     }
@@ -310,7 +311,7 @@ impl Node {
     }
 
     /// Move what the engine sent into [`Node::out`].
-    fn collect(&mut self) {
+    pub fn collect(&mut self) {
         let sent: Vec<Transmit> = self.eng.drain_tx().collect();
         self.out.extend(sent);
     }

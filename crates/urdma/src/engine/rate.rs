@@ -1,0 +1,228 @@
+//! The sending rate of an RC or UC QP under congestion notification: the
+//! reaction point of DCQCN (Zhu et al., SIGCOMM 2015), which RoCEv2 NICs
+//! run. A QP sends unpaced until a CNP comes; from then on it is paced by
+//! a token bucket at its current rate `rc`, which:
+//! - on each CNP falls to `rc * (1 - alpha / 2)`, the rate it had becoming
+//!   the target `rt`, while `alpha` (the estimate of how congested the path
+//!   is) rises by `G * (1 - alpha)`;
+//! - without CNPs, `alpha` decays by `1 - G` every [`ALPHA_INTERVAL_NS`],
+//!   and every [`INCREASE_INTERVAL_NS`] the rate climbs: halfway to the
+//!   target for [`FAST_RECOVERY_STEPS`] steps, then with the target rising
+//!   by [`ADDITIVE_INCREASE`] per step;
+//! - once it climbs past twice the highest rate the QP was measured
+//!   sending at, the QP is unpaced again.
+//!
+//! Everything is computed from the engine time passed in: no timer runs
+//! for it besides the pacing deadline the requester sets.
+
+/// Weight of a CNP in `alpha` (DCQCN's g = 1/256).
+const G: f64 = 1.0 / 256.0;
+/// `alpha` decays once per this long without a CNP (DCQCN's K, 55 us).
+pub const ALPHA_INTERVAL_NS: u64 = 55_000;
+/// The rate climbs once per this long without a CNP (DCQCN's T).
+pub const INCREASE_INTERVAL_NS: u64 = 55_000;
+/// Climbing steps that only recover toward the target (DCQCN's F).
+pub const FAST_RECOVERY_STEPS: u32 = 5;
+/// Target rise per step after fast recovery, in bytes per ns (1 Mbit/s).
+pub const ADDITIVE_INCREASE: f64 = 1e6 / 8.0 / 1e9;
+/// Lowest paced rate, in bytes per ns (8 Mbit/s).
+pub const MIN_RATE: f64 = 1e6 / 1e9;
+/// Bytes the bucket holds at most: one GSO run of packets leaves at once.
+pub const BURST_BYTES: f64 = 65536.0;
+/// Length of the windows over which the sending rate is measured.
+const MEASURE_NS: u64 = 100_000;
+/// Climbing steps applied at most in one go (after a long idle time the
+/// rest make no difference).
+const MAX_STEPS: u64 = 10_000;
+
+/// How a QP is paced after a CNP.
+#[derive(Debug, Clone, PartialEq)]
+struct Paced {
+    /// Current rate, bytes per ns.
+    rc: f64,
+    /// Target rate, bytes per ns.
+    rt: f64,
+    alpha: f64,
+    /// When `alpha` last changed (a CNP, or a decay step).
+    alpha_at: u64,
+    /// When the rate last changed (a CNP, or a climbing step).
+    increase_at: u64,
+    /// Climbing steps since the last CNP.
+    steps: u32,
+    /// Token bucket, bytes (may go below zero by one packet).
+    tokens: f64,
+    tokens_at: u64,
+}
+
+/// A QP's sending rate.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SendRate {
+    paced: Option<Paced>,
+    /// Bytes sent in the current measuring window, and when it began.
+    window_bytes: u64,
+    window_start: u64,
+    /// Highest rate measured, bytes per ns.
+    peak: f64,
+}
+
+impl SendRate {
+    /// The current paced rate in bytes per ns, or None when unpaced.
+    pub fn rate(&self) -> Option<f64> {
+        self.paced.as_ref().map(|p| p.rc)
+    }
+
+    /// A CNP for this QP came at `now`.
+    pub fn on_cnp(&mut self, now: u64) {
+        self.advance(now);
+        let start = self.peak.max(MIN_RATE);
+        let p = self.paced.get_or_insert(Paced {
+            rc: start,
+            rt: start,
+            alpha: 1.0,
+            alpha_at: now,
+            increase_at: now,
+            steps: 0,
+            tokens: BURST_BYTES,
+            tokens_at: now,
+        });
+        p.rt = p.rc;
+        p.rc = (p.rc * (1.0 - p.alpha / 2.0)).max(MIN_RATE);
+        p.alpha = (1.0 - G) * p.alpha + G;
+        p.alpha_at = now;
+        p.increase_at = now;
+        p.steps = 0;
+    }
+
+    /// When a packet may leave: `now` if it may now, else the time the
+    /// bucket holds a token again.
+    pub fn next_send(&mut self, now: u64) -> u64 {
+        self.advance(now);
+        match &self.paced {
+            Some(p) if p.tokens <= 0.0 => now + (-p.tokens / p.rc).ceil() as u64 + 1,
+            _ => now,
+        }
+    }
+
+    /// A packet of `bytes` left at `now`.
+    pub fn sent(&mut self, now: u64, bytes: usize) {
+        if let Some(p) = &mut self.paced {
+            p.tokens -= bytes as f64;
+        }
+        self.window_bytes += bytes as u64;
+        let span = now.saturating_sub(self.window_start);
+        if span >= MEASURE_NS {
+            let sample = self.window_bytes as f64 / span as f64;
+            // A window spent mostly idle says little: the peak only rises,
+            // and falls slowly.
+            self.peak = sample.max(self.peak * 0.99);
+            self.window_bytes = 0;
+            self.window_start = now;
+        }
+    }
+
+    /// Bring `alpha`, the rate and the bucket up to `now`.
+    fn advance(&mut self, now: u64) {
+        let Some(p) = &mut self.paced else { return };
+        let decays = now.saturating_sub(p.alpha_at) / ALPHA_INTERVAL_NS;
+        if decays > 0 {
+            p.alpha *= (1.0 - G).powi(decays.min(i32::MAX as u64) as i32);
+            p.alpha_at += decays * ALPHA_INTERVAL_NS;
+        }
+        let steps = now.saturating_sub(p.increase_at) / INCREASE_INTERVAL_NS;
+        for _ in 0..steps.min(MAX_STEPS) {
+            if p.steps >= FAST_RECOVERY_STEPS {
+                p.rt += ADDITIVE_INCREASE * INCREASE_INTERVAL_NS as f64 / 1000.0;
+            }
+            p.rc = (p.rt + p.rc) / 2.0;
+            p.steps = p.steps.saturating_add(1);
+        }
+        p.increase_at += steps * INCREASE_INTERVAL_NS;
+        p.tokens = (p.tokens + now.saturating_sub(p.tokens_at) as f64 * p.rc).min(BURST_BYTES);
+        p.tokens_at = now;
+        if steps >= MAX_STEPS || p.rc > 2.0 * self.peak.max(MIN_RATE) {
+            self.paced = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A QP measured sending at `rate` bytes per ns for a while.
+    fn sending_at(rate: f64) -> (SendRate, u64) {
+        let mut s = SendRate::default();
+        let mut now = 0;
+        for _ in 0..100 {
+            now += 10_000;
+            s.sent(now, (rate * 10_000.0) as usize);
+        }
+        (s, now)
+    }
+
+    #[test]
+    fn unpaced_until_a_cnp() {
+        let (mut s, now) = sending_at(1.0);
+        assert_eq!(s.rate(), None);
+        assert_eq!(s.next_send(now), now);
+        s.on_cnp(now);
+        let r = s.rate().unwrap();
+        // alpha starts at 1: the first CNP halves the measured rate.
+        assert!((r - 0.5).abs() < 0.05, "rate {r}");
+    }
+
+    #[test]
+    fn cnps_cut_and_quiet_restores() {
+        let (mut s, mut now) = sending_at(1.0);
+        s.on_cnp(now);
+        let first = s.rate().unwrap();
+        for _ in 0..5 {
+            now += 10_000;
+            s.on_cnp(now);
+        }
+        let cut = s.rate().unwrap();
+        assert!(cut < first / 4.0, "{cut} vs {first}");
+        assert!(cut >= MIN_RATE);
+        // Fast recovery: halfway to the target per step.
+        now += INCREASE_INTERVAL_NS;
+        s.next_send(now);
+        assert!(s.rate().unwrap() > cut);
+        // Long quiet: unpaced again.
+        now += 1_000 * INCREASE_INTERVAL_NS;
+        s.next_send(now);
+        assert_eq!(s.rate(), None);
+    }
+
+    #[test]
+    fn the_bucket_paces_to_the_rate() {
+        let (mut s, mut now) = sending_at(1.0);
+        s.on_cnp(now);
+        let rate = s.rate().unwrap();
+        // Send 1 MB as fast as allowed and see how long it takes.
+        let start = now;
+        let mut sent = 0usize;
+        while sent < 1_000_000 {
+            now = s.next_send(now);
+            s.sent(now, 1000);
+            sent += 1000;
+        }
+        let took = (now - start) as f64;
+        // The bucket's burst leaves at once; the rest at about the rate
+        // (which climbs a little meanwhile).
+        let expect = (1_000_000.0 - BURST_BYTES) / rate;
+        assert!(
+            took < expect * 1.05 && took > expect * 0.5,
+            "{took} vs {expect}"
+        );
+    }
+
+    #[test]
+    fn never_below_the_floor() {
+        let (mut s, mut now) = sending_at(0.001);
+        for _ in 0..1000 {
+            now += 1_000;
+            s.on_cnp(now);
+        }
+        assert!(s.rate().unwrap() >= MIN_RATE);
+    }
+}
