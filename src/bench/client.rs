@@ -27,6 +27,8 @@ pub struct Plan {
     pub json: bool,
     /// Draw the report into this SVG file.
     pub plot: Option<std::path::PathBuf>,
+    /// Measure TCP beside urdma.
+    pub tcp: bool,
 }
 
 /// TCP bandwidth runs per size, of which the best is reported.
@@ -98,8 +100,11 @@ pub fn run(ctrl: TcpStream, data: TcpStream, p: &Params, plan: &Plan) -> Result<
                 c.progress(op, "bandwidth", size);
                 let t = c.measure(op.bw_kind(), size, iters)?;
                 let (mib, mpps) = stats::bandwidth(size, iters, t);
-                let tcp = c.tcp_bandwidth(size, iters)?;
-                c.say(&stats::bw_row(size, iters, mib, mpps, Some(tcp)));
+                let tcp = match plan.tcp {
+                    true => Some(c.tcp_bandwidth(size, iters)?),
+                    false => None,
+                };
+                c.say(&stats::bw_row(size, iters, mib, mpps, tcp));
                 c.report.bandwidth.push(BwRow {
                     op: op.title().into(),
                     size,
@@ -107,7 +112,7 @@ pub fn run(ctrl: TcpStream, data: TcpStream, p: &Params, plan: &Plan) -> Result<
                     mib_s: mib,
                     mpps,
                     tcp_mib_s: tcp,
-                    ratio: mib / tcp.max(f64::MIN_POSITIVE),
+                    ratio: tcp.map(|t| mib / t.max(f64::MIN_POSITIVE)),
                 });
             }
         }
@@ -122,15 +127,18 @@ pub fn run(ctrl: TcpStream, data: TcpStream, p: &Params, plan: &Plan) -> Result<
                 let iters = plan.iters.unwrap_or_else(|| lat_iters(size));
                 c.progress(op, "latency", size);
                 let l = c.latency(op.lat_kind(), size, iters)?;
-                let tcp = c.tcp_latency(size, iters)?;
-                c.say(&stats::lat_row(size, iters, &l, Some(&tcp)));
+                let tcp = match plan.tcp {
+                    true => Some(c.tcp_latency(size, iters)?),
+                    false => None,
+                };
+                c.say(&stats::lat_row(size, iters, &l, tcp.as_ref()));
                 c.report.latency.push(LatRow {
                     op: op.title().into(),
                     size,
                     iters,
                     urdma_us: l,
                     tcp_us: tcp,
-                    tcp_over_urdma: tcp.median / l.median.max(f64::MIN_POSITIVE),
+                    tcp_over_urdma: tcp.map(|t| t.median / l.median.max(f64::MIN_POSITIVE)),
                 });
             }
         }

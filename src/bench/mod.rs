@@ -97,6 +97,9 @@ pub struct BenchArgs {
     /// TCP, into this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<std::path::PathBuf>,
+    /// Do not measure TCP beside urdma (for runs on a shared or slow link).
+    #[arg(long)]
+    no_tcp: bool,
 }
 
 fn params(a: &BenchArgs, max_size: usize) -> Result<Params> {
@@ -154,6 +157,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         lat: !a.bw_only,
         json: a.json,
         plot: a.plot.clone(),
+        tcp: !a.no_tcp,
     };
     match a.peer.host {
         Some(host) => {

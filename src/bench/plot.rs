@@ -24,8 +24,8 @@ struct Series {
 
 /// urdma's line per operation and one for TCP (whose figures do not
 /// depend on the operation: those beside the first one are drawn), from
-/// rows of (operation, size, urdma's value, TCP's value).
-fn lines(rows: &[(&str, usize, f64, f64)]) -> Vec<Series> {
+/// rows of (operation, size, urdma's value, TCP's value if measured).
+fn lines(rows: &[(&str, usize, f64, Option<f64>)]) -> Vec<Series> {
     let mut ops: Vec<&str> = Vec::new();
     for &(op, ..) in rows {
         if !ops.contains(&op) {
@@ -35,7 +35,7 @@ fn lines(rows: &[(&str, usize, f64, f64)]) -> Vec<Series> {
     let points = |op: &str, tcp: bool| -> Vec<(f64, f64)> {
         rows.iter()
             .filter(|r| r.0 == op)
-            .map(|r| (r.1 as f64, if tcp { r.3 } else { r.2 }))
+            .filter_map(|r| Some((r.1 as f64, if tcp { r.3? } else { r.2 })))
             .collect()
     };
     let mut v: Vec<Series> = ops
@@ -48,7 +48,7 @@ fn lines(rows: &[(&str, usize, f64, f64)]) -> Vec<Series> {
             points: points(op, false),
         })
         .collect();
-    if let Some(op) = ops.first() {
+    if let Some(op) = ops.first().filter(|op| !points(op, true).is_empty()) {
         v.push(Series {
             name: "TCP".into(),
             colour: TCP_COLOUR,
@@ -69,7 +69,14 @@ pub fn svg(r: &Report) -> String {
     let lat_rows: Vec<_> = r
         .latency
         .iter()
-        .map(|l| (l.op.as_str(), l.size, l.urdma_us.median, l.tcp_us.median))
+        .map(|l| {
+            (
+                l.op.as_str(),
+                l.size,
+                l.urdma_us.median,
+                l.tcp_us.map(|t| t.median),
+            )
+        })
         .collect();
     let (bw, lat) = (lines(&bw_rows), lines(&lat_rows));
     let mut out = String::new();
@@ -240,8 +247,8 @@ mod tests {
                 iters: 10,
                 mib_s: bw,
                 mpps: 0.1,
-                tcp_mib_s: bw / 2.0,
-                ratio: 2.0,
+                tcp_mib_s: Some(bw / 2.0),
+                ratio: Some(2.0),
             });
         }
         let s = svg(&r);

@@ -17,10 +17,10 @@ pub struct BwRow {
     pub mib_s: f64,
     /// urdma's message rate, millions per second.
     pub mpps: f64,
-    /// TCP's bandwidth on the same path, MiB/s.
-    pub tcp_mib_s: f64,
+    /// TCP's bandwidth on the same path, MiB/s (None: not measured).
+    pub tcp_mib_s: Option<f64>,
     /// urdma / TCP.
-    pub ratio: f64,
+    pub ratio: Option<f64>,
 }
 
 /// One latency measurement beside TCP's.
@@ -34,10 +34,10 @@ pub struct LatRow {
     pub iters: usize,
     /// urdma's latency (µs; half round trips for WRITE and SEND, full for READ).
     pub urdma_us: Latency,
-    /// TCP's ping-pong half round trip (µs).
-    pub tcp_us: Latency,
+    /// TCP's ping-pong half round trip (µs; None: not measured).
+    pub tcp_us: Option<Latency>,
     /// TCP's typical latency over urdma's (above 1: urdma is faster).
-    pub tcp_over_urdma: f64,
+    pub tcp_over_urdma: Option<f64>,
 }
 
 /// A whole run.

@@ -29,8 +29,8 @@ pub struct MrEntry {
     /// fast-registration MR); other regions refuse it.
     pub invalidatable: bool,
     /// Byte ranges handed to the engine as local buffers of posted work
-    /// requests, still in flight (start, end).
-    inflight: Mutex<Vec<(usize, usize)>>,
+    /// requests, still in flight: (start, end) and how many times.
+    inflight: Mutex<std::collections::HashMap<(usize, usize), usize>>,
 }
 
 /// Why an MR check failed.
@@ -61,7 +61,7 @@ impl MrEntry {
             iova,
             mem,
             invalidatable: false,
-            inflight: Mutex::new(Vec::new()),
+            inflight: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -101,15 +101,18 @@ impl MrEntry {
     /// Record a local in-flight range.
     pub(crate) fn hold(&self, start: usize, len: usize) {
         let mut v = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        v.push((start, start.saturating_add(len)));
+        *v.entry((start, start.saturating_add(len))).or_default() += 1;
     }
 
     /// Release one in-flight range recorded with [`MrEntry::hold`].
     pub(crate) fn release(&self, start: usize, len: usize) {
         let mut v = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         let key = (start, start.saturating_add(len));
-        if let Some(i) = v.iter().position(|r| *r == key) {
-            v.swap_remove(i);
+        if let Some(n) = v.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                v.remove(&key);
+            }
         }
     }
 
@@ -117,7 +120,7 @@ impl MrEntry {
     pub fn is_busy(&self, start: usize, len: usize) -> bool {
         let end = start.saturating_add(len);
         let v = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        v.iter()
+        v.keys()
             .any(|&(s, e)| s < end.max(start + 1) && start < e.max(s + 1))
     }
 }

@@ -154,9 +154,17 @@ impl SharedMapping {
         self.len == 0
     }
 
-    /// The file behind the mapping (None for an anonymous mapping).
+    /// The file behind the mapping (None for an anonymous mapping, or
+    /// once closed).
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// Close the file behind the mapping once no other process needs it
+    /// handed over: the mapping stays, and a process with many mappings
+    /// (a QP's rings each) does not run out of descriptors.
+    pub fn close_fd(&mut self) {
+        self.fd = None;
     }
 
     fn check(&self, off: usize, size: usize, align: usize) -> io::Result<*mut u8> {

@@ -138,7 +138,9 @@ impl WorkRing {
     /// `capacity` and `slot_len` come from the caller's own records. Fails
     /// with `InvalidInput` if the file is not sealed or is too small.
     pub fn from_fd(fd: OwnedFd, capacity: u32, slot_len: usize) -> io::Result<Self> {
-        let map = SharedMapping::from_fd(fd, ring_len(capacity, slot_len)?)?;
+        let mut map = SharedMapping::from_fd(fd, ring_len(capacity, slot_len)?)?;
+        // The NIC's side never hands the ring on.
+        map.close_fd();
         let ring = Self::with_map(map, capacity, slot_len);
         // Start where the driver is (a fresh ring: at zero).
         let prod = ring.prod().load(Acquire);
@@ -162,6 +164,12 @@ impl WorkRing {
     /// The memfd holding the ring.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.map.fd()
+    }
+
+    /// Close the ring's file once the NIC has it (see
+    /// [`SharedMapping::close_fd`]).
+    pub fn close_fd(&mut self) {
+        self.map.close_fd();
     }
 
     /// Slots in the ring.

@@ -459,6 +459,13 @@ impl AgentLink {
                     srq: c.srq,
                 };
                 let qpn = number(self.request(&req, &fds)?)?;
+                // The NIC mapped them: the descriptors are no longer needed.
+                let mut sq = sq;
+                sq.close_fd();
+                let rq = rq.map(|mut r| {
+                    r.close_fd();
+                    r
+                });
                 let m = QpMirror {
                     qp_type: c.qp_type,
                     cap: c.cap,

@@ -72,6 +72,8 @@ pub struct Session {
     qps: HashSet<u32>,
     srqs: HashSet<u32>,
     captures: Vec<Arc<crate::fabric::capture::Capture>>,
+    /// How many of each object the last report of holdings counted.
+    reported: Option<[usize; 5]>,
 }
 
 fn not_found(what: &str, n: u32) -> Error {
@@ -101,6 +103,7 @@ impl Session {
             qps: HashSet::new(),
             srqs: HashSet::new(),
             captures: Vec::new(),
+            reported: None,
         }
     }
 
@@ -164,8 +167,20 @@ impl Session {
             return None;
         }
         let r = self.run(nic, req, fds);
+        // Reported when a count changed (every object is made or freed by
+        // one request), not after each request of a session with many QPs.
+        let counts = [
+            self.pds.len(),
+            self.mrs.len(),
+            self.cqs.len(),
+            self.srqs.len(),
+            self.qps.len(),
+        ];
         if let Some(dev) = &self.device {
-            dev.report(self.id, Some(self.holdings()));
+            if self.reported != Some(counts) {
+                self.reported = Some(counts);
+                dev.report(self.id, Some(self.holdings()));
+            }
         }
         Some(r.map_err(|e| WireError::from(&e)))
     }
