@@ -40,11 +40,12 @@ bottleneck() {
       max 36000 avpkt 1100 burst 12 probability 0.2 bandwidth "$RATE" ecn
 }
 
-# Sent and dropped packets of the bottleneck's queue so far.
+# Sent packets, dropped packets and sent bytes of the bottleneck's queue
+# so far, and the time (s).
 qdisc_counts() {
-  tc -s -n $NS_C qdisc show dev ve-c | awk '/^qdisc tbf/ { t = 1 } t && /Sent/ {
-    gsub(/[(),]/, " "); for (i = 1; i <= NF; i++) { if ($i == "pkt") s = $(i - 1); if ($i == "dropped") d = $(i + 1) }
-    print s + 0, d + 0; exit }'
+  tc -s -n $NS_C qdisc show dev ve-c | awk -v now="$EPOCHREALTIME" '/^qdisc tbf/ { t = 1 } t && /Sent/ {
+    gsub(/[(),]/, " "); for (i = 1; i <= NF; i++) { if ($i == "pkt") s = $(i - 1); if ($i == "dropped") d = $(i + 1); if ($i == "bytes") b = $(i - 1) }
+    print s + 0, d + 0, b + 0, now; exit }'
 }
 
 # flows N ENV: N urdma bench pairs at once; prints each flow's MiB/s.
@@ -58,7 +59,7 @@ flows() {
   sleep 1
   for i in $(seq 1 "$n"); do
     port=$((18600 + i))
-    ip netns exec $NS_C env $envs timeout 600 "$U" bench $IP_S --bind $IP_C --ctrl-port $port \
+    ip netns exec $NS_C env $envs timeout 300 "$U" bench $IP_S --bind $IP_C --ctrl-port $port \
       --ops write --sizes 1048576 --bw-only --mtu 1024 --depth 8 -n "$ITERS" --no-tcp \
       > "$T/cli$i" 2>&1 &
     pids+=($!)
@@ -70,17 +71,19 @@ flows() {
   done
 }
 
-# report NAME FIGURES...: total, link share, fairness, drops.
+# report NAME BEFORE AFTER FIGURES...: what crossed the link meanwhile
+# (its share of the link rate), each flow's own average and Jain's
+# fairness index over them, and the queue's drops.
 report() {
   local name=$1 before=$2 after=$3
   shift 3
   echo "$before $after $*" | awk -v name="$name" -v link="$LINK" '{
-    s = $3 - $1; d = $4 - $2; n = 0; sum = 0; sq = 0; list = ""
-    for (i = 5; i <= NF; i++) { x = $i + 0; n++; sum += x; sq += x * x; list = list sprintf(" %.2f", x) }
-    if (n == 0 || sum == 0) { printf "%s: no figures\n", name; exit 1 }
-    jain = sum * sum / (n * sq); share = sum * 1048576 * 8 / link
-    printf "%s: flows%s MiB/s; total %.2f MiB/s = %.2f of the link; Jain fairness %.3f; drops %d of %d packets (%.2f%%)\n",
-      name, list, sum, share, jain, d, s + d, (s + d) ? 100 * d / (s + d) : 0 }'
+    s = $5 - $1; d = $6 - $2; bytes = $7 - $3; secs = $8 - $4; n = 0; sum = 0; sq = 0; list = ""
+    for (i = 9; i <= NF; i++) { x = $i + 0; n++; sum += x; sq += x * x; list = list sprintf(" %.2f", x) }
+    if (n == 0 || sum == 0 || secs <= 0) { printf "%s: no figures\n", name; exit 1 }
+    jain = sum * sum / (n * sq); share = bytes * 8 / secs / link
+    printf "%s: flows%s MiB/s; link carried %.2f MiB/s = %.2f of its rate; Jain fairness %.3f; drops %d of %d packets (%.2f%%)\n",
+      name, list, bytes / secs / 1048576, share, jain, d, s + d, (s + d) ? 100 * d / (s + d) : 0 }'
 }
 
 failed=0
@@ -88,15 +91,15 @@ for mode in ecn noecn; do
   bottleneck || { echo "FAIL - bench-congestion: cannot set up tbf and RED"; exit 1; }
   envs="URDMA_NIC_SOCKET=urdma-bench-$mode"
   [ $mode = noecn ] && envs="$envs URDMA_ECN=0"
-  read -r s0 d0 < <(qdisc_counts)
+  before=$(qdisc_counts)
   figs=$(flows $FLOWS "$envs")
-  read -r s1 d1 < <(qdisc_counts)
+  after=$(qdisc_counts)
   # shellcheck disable=SC2086
-  report "$FLOWS urdma flows, $RATE, $mode" "$s0 $d0" "$s1 $d1" $figs || failed=1
-  for ns in $NS_C $NS_S; do
-    ip netns exec $ns env URDMA_NIC_SOCKET=urdma-bench-$mode "$U" stat 2>/dev/null |
-      grep -E 'cnp|ecn_marked|retransmits|timeouts' | sed "s/^/    $ns: /" | head -8
-  done
+  report "$FLOWS urdma flows, $RATE, $mode" "$before" "$after" $figs || failed=1
+  # The devices' last counters (urdma stat lists closed devices too).
+  ip netns exec $NS_C "$U" stat 2>/dev/null | grep -E "addr ($IP_C|$IP_S):" | head -2 |
+    sed 's/^/    /'
+  sleep 6
 done
 
 # One urdma flow beside one TCP stream (python3 on both ends), both sending
@@ -125,14 +128,14 @@ ip netns exec $NS_C timeout 900 python3 "$T/source.py" $IP_S 600 &
 src=$!
 sleep 3
 t0=$(date +%s.%N)
-read -r s0 d0 < <(qdisc_counts)
-urdma=$(flows 1 "URDMA_NIC_SOCKET=urdma-bench-ecn")
-read -r s1 d1 < <(qdisc_counts)
+before=$(qdisc_counts)
+urdma=$(ITERS=$((ITERS / 3)) flows 1 "URDMA_NIC_SOCKET=urdma-bench-ecn")
+after=$(qdisc_counts)
 t1=$(date +%s.%N)
 kill $src 2>/dev/null; wait $src 2>/dev/null; wait $sink 2>/dev/null
 tcp=$(awk -v a="$t0" -v b="$t1" '$1 >= a && !f { x = $2; ta = $1; f = 1 } $1 <= b { y = $2; tb = $1 }
   END { if (tb > ta) printf "%.2f", (y - x) / (tb - ta) / 1048576; else print 0 }' "$T/tcp.log")
-report "urdma beside TCP, $RATE (urdma, TCP)" "$s0 $d0" "$s1 $d1" "${urdma:-0}" "$tcp" || failed=1
+report "urdma beside TCP, $RATE (urdma, TCP)" "$before" "$after" "${urdma:-0}" "$tcp" || failed=1
 echo "$tcp $LINK" | awk '{ printf "    TCP kept %.2f of the link\n", $1 * 1048576 * 8 / $2 }'
 [ $failed = 0 ] && echo "ok - bench-congestion: figures measured"
 [ $failed = 0 ]

@@ -9,8 +9,11 @@
 //!   and every [`INCREASE_INTERVAL_NS`] the rate climbs: halfway to the
 //!   target for [`FAST_RECOVERY_STEPS`] steps, then with the target rising
 //!   by [`ADDITIVE_INCREASE`] per step;
-//! - once it climbs past twice the highest rate the QP was measured
-//!   sending at, the QP is unpaced again.
+//! - once it climbs past twice the rate the QP was measured sending at
+//!   when the first CNP came, the QP is unpaced again.
+//!
+//! Only the requests a QP sends are paced; the READ responses and atomic
+//! acknowledgements its responder sends are not.
 //!
 //! Everything is computed from the engine time passed in: no timer runs
 //! for it besides the pacing deadline the requester sets.
@@ -52,6 +55,9 @@ struct Paced {
     /// Token bucket, bytes (may go below zero by one packet).
     tokens: f64,
     tokens_at: u64,
+    /// Above this rate the QP runs unpaced again: twice the rate it was
+    /// measured sending at when the first CNP came.
+    ceiling: f64,
 }
 
 /// A QP's sending rate.
@@ -84,6 +90,7 @@ impl SendRate {
             steps: 0,
             tokens: BURST_BYTES,
             tokens_at: now,
+            ceiling: 2.0 * start,
         });
         p.rt = p.rc;
         p.rc = (p.rc * (1.0 - p.alpha / 2.0)).max(MIN_RATE);
@@ -131,7 +138,7 @@ impl SendRate {
         let steps = now.saturating_sub(p.increase_at) / INCREASE_INTERVAL_NS;
         for _ in 0..steps.min(MAX_STEPS) {
             if p.steps >= FAST_RECOVERY_STEPS {
-                p.rt += ADDITIVE_INCREASE * INCREASE_INTERVAL_NS as f64 / 1000.0;
+                p.rt += ADDITIVE_INCREASE;
             }
             p.rc = (p.rt + p.rc) / 2.0;
             p.steps = p.steps.saturating_add(1);
@@ -139,7 +146,7 @@ impl SendRate {
         p.increase_at += steps * INCREASE_INTERVAL_NS;
         p.tokens = (p.tokens + now.saturating_sub(p.tokens_at) as f64 * p.rc).min(BURST_BYTES);
         p.tokens_at = now;
-        if steps >= MAX_STEPS || p.rc > 2.0 * self.peak.max(MIN_RATE) {
+        if steps >= MAX_STEPS || p.rc > p.ceiling {
             self.paced = None;
         }
     }
@@ -188,7 +195,7 @@ mod tests {
         s.next_send(now);
         assert!(s.rate().unwrap() > cut);
         // Long quiet: unpaced again.
-        now += 1_000 * INCREASE_INTERVAL_NS;
+        now += 2 * MAX_STEPS * INCREASE_INTERVAL_NS;
         s.next_send(now);
         assert_eq!(s.rate(), None);
     }

@@ -238,8 +238,20 @@ const MAX_SEGMENTS: usize = 64;
 /// Bytes per GSO send at most: one IP packet's worth of payload.
 const MAX_GSO_BYTES: usize = 65000;
 
-/// Whether sends use UDP GSO: on until the kernel refuses it once.
+/// Whether sends use UDP GSO: as `URDMA_GSO` says (on unless `0`), and
+/// off for good once the kernel refuses it.
 static GSO: AtomicBool = AtomicBool::new(true);
+
+/// Whether sends use UDP GSO now.
+fn gso_on() -> bool {
+    static CONFIGURED: std::sync::Once = std::sync::Once::new();
+    CONFIGURED.call_once(|| {
+        if std::env::var("URDMA_GSO").is_ok_and(|v| v == "0") {
+            GSO.store(false, Ordering::Relaxed);
+        }
+    });
+    GSO.load(Ordering::Relaxed)
+}
 
 /// A run of datagrams sent as one message: `items[start..start + count]`,
 /// cut by the kernel every `segment` bytes when `count > 1`.
@@ -305,8 +317,7 @@ fn identify_segments(items: &mut [crate::engine::Transmit], run: Run) {
 /// UDP GSO for runs of same-size datagrams to one destination). Returns
 /// how many could not be sent.
 pub fn send_all(fd: RawFd, items: &mut [crate::engine::Transmit]) -> usize {
-    let gso = GSO.load(Ordering::Relaxed);
-    let all = runs(items, gso);
+    let all = runs(items, gso_on());
     for &r in &all {
         identify_segments(items, r);
     }
@@ -317,12 +328,10 @@ pub fn send_all(fd: RawFd, items: &mut [crate::engine::Transmit]) -> usize {
         failed += f;
         refused.extend(r);
     }
-    // Runs the kernel would not segment: GSO goes off for good, and their
-    // datagrams leave one by one with the ICRCs of unsegmented sends.
+    // Runs the kernel would not segment: their datagrams leave one by one
+    // with the ICRCs of unsegmented sends. If those go, the kernel refused
+    // GSO itself (not the destination): it goes off for good.
     for r in refused {
-        if GSO.swap(false, Ordering::Relaxed) {
-            tracing::warn!("UDP GSO refused by the kernel; sending datagrams one by one");
-        }
         identify_segments(items, r);
         let singles: Vec<Run> = (r.start..r.start + r.count)
             .map(|i| Run {
@@ -331,8 +340,13 @@ pub fn send_all(fd: RawFd, items: &mut [crate::engine::Transmit]) -> usize {
                 segment: items[i].data.len(),
             })
             .collect();
+        let mut singles_failed = 0;
         for chunk in singles.chunks(SEND_BATCH) {
-            failed += send_runs(fd, items, chunk).0;
+            singles_failed += send_runs(fd, items, chunk).0;
+        }
+        failed += singles_failed;
+        if singles_failed == 0 && GSO.swap(false, Ordering::Relaxed) {
+            tracing::warn!("UDP GSO refused by the kernel; sending datagrams one by one");
         }
     }
     failed

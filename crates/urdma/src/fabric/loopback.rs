@@ -61,7 +61,7 @@ pub(crate) fn detach(addr: SocketAddr, driver: *const UdpDriver) {
     }
 }
 
-/// The device of this process at `addr`, if any.
+/// The running device of this process at `addr`, if any.
 pub(crate) fn lookup(addr: SocketAddr) -> Option<Arc<UdpDriver>> {
     if !enabled() {
         return None;
@@ -71,6 +71,7 @@ pub(crate) fn lookup(addr: SocketAddr) -> Option<Arc<UdpDriver>> {
         .unwrap_or_else(|e| e.into_inner())
         .get(&addr)
         .and_then(Weak::upgrade)
+        .filter(|d| !d.is_stopped())
 }
 
 /// Inbox drains one thread carries out in a row before it leaves the
@@ -102,6 +103,18 @@ pub(crate) fn run_inline(target: Arc<UdpDriver>) {
         return;
     }
     DRAINING.with(|d| *d.borrow_mut() = Some(std::collections::VecDeque::from([target])));
+    // Ends the drain even if a panic unwinds through it (a C caller's
+    // guard catches it): what is still queued goes to the receive threads.
+    struct Draining;
+    impl Drop for Draining {
+        fn drop(&mut self) {
+            let left = DRAINING.with(|d| d.borrow_mut().take());
+            for t in left.into_iter().flatten() {
+                t.wake_for_inbox();
+            }
+        }
+    }
+    let _draining = Draining;
     let mut drains = 0;
     while let Some(t) = DRAINING.with(|d| d.borrow_mut().as_mut().and_then(|q| q.pop_front())) {
         if drains < MAX_INLINE_DRAINS && t.drain_inbox_here() {
@@ -110,7 +123,6 @@ pub(crate) fn run_inline(target: Arc<UdpDriver>) {
             t.wake_for_inbox();
         }
     }
-    DRAINING.with(|d| *d.borrow_mut() = None);
 }
 
 /// Datagrams for one device of this process.

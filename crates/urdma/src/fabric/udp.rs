@@ -328,6 +328,9 @@ impl UdpDriver {
     /// Handle what the inbox holds on this thread, unless another thread
     /// drives the engine now. Returns false when it could not.
     pub(crate) fn drain_inbox_here(&self) -> bool {
+        if self.is_stopped() {
+            return true;
+        }
         let eng = match self.engine.try_lock() {
             Ok(e) => e,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
@@ -418,10 +421,17 @@ impl UdpDriver {
             .spawn(move || me.rx_loop())
     }
 
-    /// Ask the receive thread to stop.
+    /// Ask the receive thread to stop; the device is no longer reachable
+    /// by internal loopback.
     pub fn stop(&self) {
         self.shutdown.store(true, Ordering::Release);
+        super::loopback::detach(self.local, self);
         self.wake();
+    }
+
+    /// Whether [`UdpDriver::stop`] was called.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
     }
 
     /// Wait until the socket is readable (true), the inbox holds
