@@ -107,7 +107,10 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(icrc) = compute_icrc(&pkt, &ctx) {
             pkt.extend_from_slice(&icrc.to_le_bytes());
         }
-        eng.handle_datagram(now, peer, &pkt);
+        // Odd length bytes deliver the packet marked "congestion
+        // experienced": the QP answers with a CNP (and a CNP input, opcode
+        // 0x81, paces the QP).
+        eng.handle_batch_ecn(now, [(peer, pkt.as_slice(), n & 1 == 1)]);
         now += 1_000_000;
         eng.handle_timeouts(now);
         eng.drain_tx().for_each(drop);
