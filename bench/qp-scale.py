@@ -11,6 +11,7 @@ Memory is the resident set (VmRSS) of the agent (`urdma agent`) and of this
 process, before and after; per QP is the difference over the count.
 """
 
+import os
 import subprocess
 import sys
 import time
@@ -24,17 +25,30 @@ from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
 
 def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
     return 0
 
 
 def agent_pid():
+    """The NIC agent serving this program: the `urdma agent` process whose
+    socket name (URDMA_NIC_SOCKET in its environment) is this program's."""
+    name = os.environ.get("URDMA_NIC_SOCKET") or "urdma-nic"
     out = subprocess.run(["pgrep", "-f", "urdma agent"], capture_output=True, text=True).stdout
-    pids = [int(p) for p in out.split()]
-    return pids[0] if pids else None
+    for pid in (int(p) for p in out.split()):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"URDMA_NIC_SOCKET={name}".encode() in env:
+            return pid
+    return None
 
 
 def main():
@@ -45,6 +59,8 @@ def main():
     cq = CQ(ctx, 4096)
     gid = ctx.query_gid(1, 0)
     agent = agent_pid()
+    if agent is None:
+        print("qp-scale: the NIC agent was not found; its memory is not reported")
     a0, s0 = rss_kib(agent) if agent else 0, rss_kib("self")
     cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)
     t0 = time.monotonic()
