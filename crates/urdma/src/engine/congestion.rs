@@ -8,7 +8,7 @@ use super::qp::QpCtx;
 use super::{Ctx, Engine, Transmit};
 use crate::types::QpType;
 use std::net::SocketAddr;
-use urdma_wire::{IcrcContext, WireError};
+use urdma_wire::IcrcContext;
 
 /// Shortest time between two CNPs a QP sends (DCQCN's N, 50 us).
 pub const CNP_INTERVAL_NS: u64 = 50_000;
@@ -50,27 +50,13 @@ impl Engine {
         check_icrc: bool,
     ) {
         let checked = if check_icrc {
-            urdma_wire::check_icrc_any_ident(data, ctx).and_then(|ident| {
-                let fixed = ident.is_none_or(urdma_wire::Ipv4Ident::is_urdma);
-                if self.idents.accept(src.ip(), fixed) {
-                    Ok(())
-                } else {
-                    Err(WireError::BadIcrc)
-                }
-            })
+            self.accept_icrc(data, ctx, src)
         } else {
             Ok(())
         };
         let qpn = match checked.and_then(|()| urdma_wire::cnp::parse_cnp(data)) {
             Ok(q) => q,
-            Err(e) => {
-                match e {
-                    WireError::BadIcrc => self.counters.add(Counter::IcrcErrors, 1),
-                    _ => self.counters.add(Counter::HeaderErrors, 1),
-                }
-                tracing::debug!(%src, error = %e, "dropped malformed CNP");
-                return;
-            }
+            Err(e) => return self.count_malformed(&e, src, "CNP"),
         };
         self.counters.add(Counter::RxPackets, 1);
         self.counters.add(Counter::RxBytes, data.len() as u64);

@@ -383,14 +383,7 @@ impl Engine {
         };
         let pkt = match checked {
             Ok(p) => p,
-            Err(e) => {
-                match e {
-                    WireError::BadIcrc => self.counters.add(Counter::IcrcErrors, 1),
-                    _ => self.counters.add(Counter::HeaderErrors, 1),
-                }
-                tracing::debug!(%src, error = %e, "dropped malformed packet");
-                return;
-            }
+            Err(e) => return self.count_malformed(&e, src, "packet"),
         };
         tracing::trace!(%src, packet = %pkt, "received");
         self.counters.add(Counter::RxPackets, 1);
@@ -445,14 +438,36 @@ impl Engine {
         ctx: &IcrcContext,
         src: SocketAddr,
     ) -> Result<urdma_wire::Packet<'d>, WireError> {
+        self.accept_icrc(data, ctx, src)
+            .and_then(|()| urdma_wire::parse_unchecked(data))
+    }
+
+    /// Check a received datagram's ICRC, for whatever IPv4 identification
+    /// its sender used, as far as that sender's habits allow
+    /// ([`ident::SenderIdents`]).
+    pub(super) fn accept_icrc(
+        &mut self,
+        data: &[u8],
+        ctx: &IcrcContext,
+        src: SocketAddr,
+    ) -> Result<(), WireError> {
         urdma_wire::check_icrc_any_ident(data, ctx).and_then(|ident| {
             let fixed = ident.is_none_or(urdma_wire::Ipv4Ident::is_urdma);
             if self.idents.accept(src.ip(), fixed) {
-                urdma_wire::parse_unchecked(data)
+                Ok(())
             } else {
                 Err(WireError::BadIcrc)
             }
         })
+    }
+
+    /// Count and log a datagram dropped for `e` (`what` it claimed to be).
+    pub(super) fn count_malformed(&mut self, e: &WireError, src: SocketAddr, what: &str) {
+        match e {
+            WireError::BadIcrc => self.counters.add(Counter::IcrcErrors, 1),
+            _ => self.counters.add(Counter::HeaderErrors, 1),
+        }
+        tracing::debug!(%src, error = %e, what, "dropped malformed datagram");
     }
 }
 
