@@ -1,6 +1,6 @@
 //! The send window's response to loss: how many PSNs an RC QP may have
 //! outstanding right now, at most [`super::requester::WINDOW`]. It starts
-//! open; a retransmission timeout closes it to [`MIN_WINDOW`] and a
+//! at [`INITIAL_WINDOW`] and opens fast; a retransmission timeout closes it to [`MIN_WINDOW`] and a
 //! sequence NAK halves it, and acknowledged packets open it again, fast
 //! (one per packet) up to half the size it had at the last loss, then by
 //! one packet per window's worth, as TCP's Reno does. Many QPs that share
@@ -11,6 +11,11 @@ use super::requester::WINDOW;
 
 /// Smallest window after a loss, in packets.
 pub const MIN_WINDOW: u32 = 4;
+/// The window a QP starts with, in packets; acknowledgements open it one
+/// packet per packet acknowledged (doubling it each round trip) up to
+/// [`WINDOW`], as TCP's slow start does, so that many QPs starting at
+/// once do not overflow a queue on the path with full windows.
+pub const INITIAL_WINDOW: u32 = 32;
 
 /// A QP's send window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +29,7 @@ pub struct SendWindow {
 impl Default for SendWindow {
     fn default() -> Self {
         SendWindow {
-            size: WINDOW,
+            size: INITIAL_WINDOW,
             threshold: WINDOW,
             credit: 0,
         }
@@ -75,6 +80,11 @@ mod tests {
     #[test]
     fn closes_on_loss_and_reopens_with_acks() {
         let mut w = SendWindow::default();
+        assert_eq!(w.size(), INITIAL_WINDOW);
+        // Slow start: one more per packet acknowledged.
+        w.on_ack(INITIAL_WINDOW);
+        assert_eq!(w.size(), 2 * INITIAL_WINDOW);
+        w.on_ack(WINDOW);
         assert_eq!(w.size(), WINDOW);
         w.on_timeout();
         assert_eq!(w.size(), MIN_WINDOW);

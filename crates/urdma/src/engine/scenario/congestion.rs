@@ -47,6 +47,11 @@ fn marked_packets_bring_a_cnp_that_paces_the_sender() {
     p.deliver_all(A);
     p.settle();
     assert_eq!(p.n[A].send_wcs().len(), 1, "the WRITE completed");
+    // Open the send window fully (slow start) with a longer transfer.
+    for i in 0..8 {
+        p.n[A].post(p.now, 2 + i, SendOp::Write, (0, 60 * 1024), (va, rkey));
+    }
+    p.settle();
 
     // The CNP reaches A: its QP is paced from now on.
     let now = p.now;
