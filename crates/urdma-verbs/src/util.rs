@@ -113,21 +113,18 @@ impl EventFd {
 
     /// Take one count, blocking unless the descriptor was made
     /// non-blocking (by the application, with fcntl). Errors carry errno
-    /// (EAGAIN when non-blocking and empty).
+    /// (EAGAIN when non-blocking and empty; EINTR when a signal whose
+    /// handler does not ask for restarts interrupted the wait, as a read
+    /// of a verbs event file is interrupted: programs end a blocking wait
+    /// with an alarm).
     pub fn wait(&self) -> VResult<()> {
-        loop {
-            let mut v: u64 = 0;
-            // SAFETY: reads 8 bytes into a live u64.
-            let n = unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
-            if n == 8 {
-                return Ok(());
-            }
-            let e = errno();
-            if n < 0 && e == libc::EINTR {
-                continue;
-            }
-            return Err(if n < 0 { e } else { libc::EIO });
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64.
+        let n = unsafe { libc::read(self.raw(), (&mut v as *mut u64).cast(), 8) };
+        if n == 8 {
+            return Ok(());
         }
+        Err(if n < 0 { errno() } else { libc::EIO })
     }
 
     /// Take one count if one is there, without blocking.

@@ -62,5 +62,6 @@ void memory_windows(void);
 
 /* events.c */
 void events(void);
+void interrupted_wait(void);
 
 #endif

@@ -3,6 +3,9 @@
 
 #include "errors.h"
 
+#include <signal.h>
+#include <sys/time.h>
+
 static int readable(int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -135,4 +138,36 @@ void events(void)
 	CHECK(ibv_destroy_cq(cq) == 0);
 	CHECK(ibv_destroy_comp_channel(ch) == 0);
 	CHECK(ibv_dereg_mr(mr) == 0);
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/*
+ * A signal whose handler does not ask for restarts ends a blocking
+ * ibv_get_cq_event with EINTR, as it ends the read of a verbs event file:
+ * programs (qperf) stop waiting for a completion that way.
+ */
+void interrupted_wait(void)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *cq = ch ? ibv_create_cq(ctx, 4, NULL, ch, 0) : NULL;
+	struct sigaction sa = { .sa_handler = on_alarm }, old;
+	struct itimerval t = { .it_value = { .tv_usec = 200000 } };
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+
+	CHECK(cq != NULL);
+	if (!cq)
+		return;
+	sigemptyset(&sa.sa_mask);
+	CHECK(sigaction(SIGALRM, &sa, &old) == 0);
+	CHECK(ibv_req_notify_cq(cq, 0) == 0);
+	CHECK(setitimer(ITIMER_REAL, &t, NULL) == 0);
+	NEG_ERRNO(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), EINTR);
+	sigaction(SIGALRM, &old, NULL);
+	CHECK(ibv_destroy_cq(cq) == 0);
+	CHECK(ibv_destroy_comp_channel(ch) == 0);
 }

@@ -299,6 +299,7 @@ int main(void)
 	qp_errors();
 	address_handles();
 	events();
+	interrupted_wait();
 	strings_and_misc(list[0]);
 
 	CHECK(ibv_dealloc_pd(pd) == 0);
