@@ -36,19 +36,32 @@ def rss_kib(pid):
 
 
 def agent_pid():
-    """The NIC agent serving this program: the `urdma agent` process whose
-    socket name (URDMA_NIC_SOCKET in its environment) is this program's."""
+    """The NIC agent serving this program: an `urdma agent` process of this
+    network namespace whose socket name (URDMA_NIC_SOCKET in its
+    environment, `urdma-nic` when unset) is this program's; the only
+    candidate if environments cannot be read."""
     name = os.environ.get("URDMA_NIC_SOCKET") or "urdma-nic"
     out = subprocess.run(["pgrep", "-f", "urdma agent"], capture_output=True, text=True).stdout
+    try:
+        my_ns = os.readlink("/proc/self/ns/net")
+    except OSError:
+        my_ns = None
+    candidates = []
     for pid in (int(p) for p in out.split()):
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
+            if my_ns and os.readlink(f"/proc/{pid}/ns/net") != my_ns:
+                continue
         except OSError:
             continue
-        if f"URDMA_NIC_SOCKET={name}".encode() in env:
+        candidates.append(pid)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if (env.get(b"URDMA_NIC_SOCKET") or b"urdma-nic") == name.encode():
             return pid
-    return None
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def main():
@@ -90,8 +103,10 @@ def main():
     print(f"qp-scale: {n} RC QPs created in {t1 - t0:.2f} s "
           f"({(t1 - t0) / n * 1e6:.0f} us each), connected in {t2 - t1:.2f} s "
           f"({(t2 - t1) / n * 1e6:.0f} us each)")
-    print(f"qp-scale: memory per idle QP: agent {(a1 - a0) / n:.2f} KiB "
-          f"({a0} -> {a1} KiB), this process {(s1 - s0) / n:.2f} KiB ({s0} -> {s1} KiB)")
+    agent_part = (f"agent {(a1 - a0) / n:.2f} KiB ({a0} -> {a1} KiB), "
+                  if agent else "")
+    print(f"qp-scale: memory per idle QP: {agent_part}"
+          f"this process {(s1 - s0) / n:.2f} KiB ({s0} -> {s1} KiB)")
     for qp in qps:
         qp.close()
 

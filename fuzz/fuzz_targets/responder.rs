@@ -107,10 +107,14 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(icrc) = compute_icrc(&pkt, &ctx) {
             pkt.extend_from_slice(&icrc.to_le_bytes());
         }
-        // Odd length bytes deliver the packet marked "congestion
-        // experienced": the QP answers with a CNP (and a CNP input, opcode
-        // 0x81, paces the QP).
-        eng.handle_batch_ecn(now, [(peer, pkt.as_slice(), n & 1 == 1)]);
+        // Odd length bytes deliver the packet in a batch, marked
+        // "congestion experienced" (the QP answers with a CNP; a CNP
+        // input, opcode 0x81, paces the QP); even ones alone.
+        if n & 1 == 1 {
+            eng.handle_batch_ecn(now, [(peer, pkt.as_slice(), true)]);
+        } else {
+            eng.handle_datagram(now, peer, &pkt);
+        }
         now += 1_000_000;
         eng.handle_timeouts(now);
         eng.drain_tx().for_each(drop);

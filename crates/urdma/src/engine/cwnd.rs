@@ -14,7 +14,9 @@ pub const MIN_WINDOW: u32 = 4;
 /// The window a QP starts with, in packets; acknowledgements open it one
 /// packet per packet acknowledged (doubling it each round trip) up to
 /// [`WINDOW`], as TCP's slow start does, so that many QPs starting at
-/// once do not overflow a queue on the path with full windows.
+/// once do not overflow a queue on the path with full windows. (A READ
+/// request counts as one packet here; its responses, up to
+/// [`super::requester::READ_CHUNK`], come whatever the window.)
 pub const INITIAL_WINDOW: u32 = 32;
 
 /// A QP's send window.
