@@ -43,8 +43,13 @@ pub const ECN_ECT0: u8 = 0x02;
 /// ECN "congestion experienced" codepoint.
 const ECN_CE: u8 = 0x03;
 
-/// Set an integer socket option. Returns whether the kernel took it.
-pub fn set_int_option(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> bool {
+/// Set an integer socket option.
+pub fn set_int_option(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: setsockopt reads sizeof(c_int) bytes from &v, a live local.
     let r = unsafe {
         libc::setsockopt(
@@ -55,13 +60,17 @@ pub fn set_int_option(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc:
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    r == 0
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Ask the kernel to coalesce received datagrams (`UDP_GRO`). Returns
 /// whether it agreed.
 pub fn enable_gro(fd: RawFd) -> bool {
-    set_int_option(fd, libc::SOL_UDP, libc::UDP_GRO, 1)
+    set_int_option(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok()
 }
 
 /// Send every datagram ECN-capable (ECT(0)), so that a congested router
@@ -71,10 +80,12 @@ pub fn enable_ecn(fd: RawFd, ipv6: bool) -> bool {
     let ect = libc::c_int::from(ECN_ECT0);
     if ipv6 {
         set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, ect)
-            && set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+            .and_then(|()| set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1))
+            .is_ok()
     } else {
         set_int_option(fd, libc::IPPROTO_IP, libc::IP_TOS, ect)
-            && set_int_option(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+            .and_then(|()| set_int_option(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1))
+            .is_ok()
     }
 }
 

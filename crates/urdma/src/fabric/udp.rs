@@ -65,7 +65,9 @@ pub type GsiSink = Box<dyn Fn(Vec<GsiDatagram>) + Send + Sync>;
 pub type Holders = Box<dyn Fn() -> Vec<stats::ProcessStats> + Send + Sync>;
 
 fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    use super::batch::set_int_option;
     use socket2::{Domain, Protocol, Socket, Type};
+    use std::os::fd::AsRawFd;
     let domain = if addr.is_ipv4() {
         Domain::IPV4
     } else {
@@ -78,57 +80,31 @@ fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     // Buffers large enough for a full send window of 4 KiB packets; as
     // root the rmem/wmem limits can be exceeded.
     let size = SOCKET_BUFFER as libc::c_int;
-    if setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size).is_err() {
+    if set_int_option(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size).is_err() {
         let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
     }
-    if setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, size).is_err() {
+    if set_int_option(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, size).is_err() {
         let _ = s.set_send_buffer_size(SOCKET_BUFFER);
     }
     if addr.is_ipv4() {
         // DF set and IP ID 0 on an unconnected socket: the IPv4 header
         // fields that the ICRC covers are then known to both ends.
-        setsockopt_int(
-            &s,
+        set_int_option(
+            s.as_raw_fd(),
             libc::IPPROTO_IP,
             libc::IP_MTU_DISCOVER,
             libc::IP_PMTUDISC_DO,
         )?;
     }
     s.bind(&addr.into())?;
-    {
-        use std::os::fd::AsRawFd;
-        // Runs of datagrams arrive as one buffer (cut apart on receipt).
-        if !super::batch::enable_gro(s.as_raw_fd()) {
-            tracing::debug!("UDP GRO not available");
-        }
-        if crate::config::ecn() && !super::batch::enable_ecn(s.as_raw_fd(), addr.is_ipv6()) {
-            tracing::debug!("ECN marks not available");
-        }
+    // Runs of datagrams arrive as one buffer (cut apart on receipt).
+    if !super::batch::enable_gro(s.as_raw_fd()) {
+        tracing::debug!("UDP GRO not available");
+    }
+    if crate::config::ecn() && !super::batch::enable_ecn(s.as_raw_fd(), addr.is_ipv6()) {
+        tracing::debug!("ECN marks not available");
     }
     Ok(s.into())
-}
-
-fn setsockopt_int(
-    s: &socket2::Socket,
-    level: libc::c_int,
-    name: libc::c_int,
-    v: libc::c_int,
-) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: setsockopt reads sizeof(c_int) bytes from &v, a live local.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            level,
-            name,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 impl UdpDriver {
