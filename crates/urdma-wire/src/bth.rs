@@ -9,6 +9,11 @@
 //!  byte 8   AckReq(1) reserved(7)
 //!  byte 9-11 PSN (24 bits)
 //! ```
+//!
+//! urdma uses one reserved bit of byte 8 (0x40) as its selective
+//! retransmission mark ([`Bth::selective`]). Implementations that do not
+//! know it send it as zero and ignore it, as IBTA asks of reserved bits,
+//! so they keep go-back-N between themselves and urdma.
 
 use crate::field::{need, room, Reader, Writer};
 use crate::{Opcode, WireError, BTH_LEN, DEFAULT_PKEY, PSN_MASK, QPN_MASK};
@@ -21,6 +26,7 @@ const TVER_MASK: u8 = 0x0F;
 const FECN: u8 = 0x80;
 const BECN: u8 = 0x40;
 const ACK_REQ: u8 = 0x80;
+const SELECTIVE: u8 = 0x40;
 
 /// Offset of the FECN/BECN/reserved byte, which the ICRC treats as all ones.
 pub(crate) const VARIANT_BYTE: usize = 4;
@@ -50,6 +56,11 @@ pub struct Bth {
     pub dest_qp: u32,
     /// The requester asks for an acknowledgement of this packet.
     pub ack_req: bool,
+    /// urdma's selective retransmission mark, in a reserved bit. On an RC
+    /// request: the requester resends just the packet a marked sequence
+    /// NAK names. On a sequence NAK: the responder keeps the requests it
+    /// received after the PSN named, so that packet alone is missing.
+    pub selective: bool,
     /// Packet sequence number (24 bits; higher bits are not emitted).
     pub psn: u32,
 }
@@ -70,6 +81,7 @@ impl Bth {
             becn: false,
             dest_qp: dest_qp & QPN_MASK,
             ack_req: false,
+            selective: false,
             psn: psn & PSN_MASK,
         }
     }
@@ -78,7 +90,7 @@ impl Bth {
     ///
     /// Fails on a short buffer and on an opcode this crate does not know.
     /// The version is returned as found (see [`parse`](crate::parse) for the
-    /// check); reserved bits are ignored.
+    /// check); reserved bits other than [`Bth::selective`] are ignored.
     pub fn parse(buf: &[u8]) -> Result<Bth, WireError> {
         need(buf, BTH_LEN)?;
         let mut r = Reader::new(buf);
@@ -101,14 +113,15 @@ impl Bth {
             becn: ecn & BECN != 0,
             dest_qp,
             ack_req: ack & ACK_REQ != 0,
+            selective: ack & SELECTIVE != 0,
             psn,
         })
     }
 
     /// Writes this header into the first [`BTH_LEN`] bytes of `buf`.
     ///
-    /// Out-of-range fields are masked to their width; reserved bits are
-    /// written as zero.
+    /// Out-of-range fields are masked to their width; reserved bits other
+    /// than [`Bth::selective`] are written as zero.
     pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
         room(buf, BTH_LEN)?;
         let mut flags = ((self.pad_count & PAD_MASK) << PAD_SHIFT) | (self.tver & TVER_MASK);
@@ -125,7 +138,10 @@ impl Bth {
         if self.becn {
             ecn |= BECN;
         }
-        let ack = if self.ack_req { ACK_REQ } else { 0 };
+        let mut ack = if self.ack_req { ACK_REQ } else { 0 };
+        if self.selective {
+            ack |= SELECTIVE;
+        }
         let mut w = Writer::new(buf);
         w.u8(self.opcode.as_u8())?;
         w.u8(flags)?;
@@ -171,13 +187,14 @@ mod tests {
             becn: false,
             dest_qp: 0x00FE_DCBA,
             ack_req: true,
+            selective: true,
             psn: 0x0012_3456,
         };
         let buf = emitted(&bth);
         assert_eq!(Bth::parse(&buf), Ok(bth));
         assert_eq!(
             buf,
-            [0x26, 0xF0, 0x80, 0x01, 0x80, 0xFE, 0xDC, 0xBA, 0x80, 0x12, 0x34, 0x56]
+            [0x26, 0xF0, 0x80, 0x01, 0x80, 0xFE, 0xDC, 0xBA, 0xC0, 0x12, 0x34, 0x56]
         );
     }
 
@@ -200,6 +217,7 @@ mod tests {
         assert_eq!(byte(&|b| b.fecn = true, 4), Some(0x80));
         assert_eq!(byte(&|b| b.becn = true, 4), Some(0x40));
         assert_eq!(byte(&|b| b.ack_req = true, 8), Some(0x80));
+        assert_eq!(byte(&|b| b.selective = true, 8), Some(0x40));
         assert_eq!(byte(&|b| b.pkey = 0x1234, 2), Some(0x12));
         assert_eq!(byte(&|b| b.pkey = 0x1234, 3), Some(0x34));
     }

@@ -89,6 +89,7 @@ impl fmt::Display for Bth {
             (self.migreq, "MigReq"),
             (self.fecn, "FECN"),
             (self.becn, "BECN"),
+            (self.selective, "Selective"),
         ];
         for (_, name) in flags.iter().filter(|(set, _)| *set) {
             write!(f, " {name}")?;

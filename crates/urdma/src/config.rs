@@ -77,18 +77,32 @@ fn check_unique(devs: &[DeviceConfig]) -> Result<()> {
     Ok(())
 }
 
+/// An on/off switch from the environment variable `var`: `1` (the
+/// default, also when unset) or `0`; anything else is warned about and
+/// leaves it on.
+fn switch(var: &str) -> bool {
+    match std::env::var(var).as_deref() {
+        Ok("0") => false,
+        Ok("1") | Err(_) => true,
+        Ok(other) => {
+            tracing::warn!(value = other, "{var} is 0 or 1; it stays on");
+            true
+        }
+    }
+}
+
 /// Whether devices send ECN-capable packets and answer congestion marks
 /// (`URDMA_ECN`: `1`, the default, or `0`).
 pub fn ecn() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("URDMA_ECN").as_deref() {
-        Ok("0") => false,
-        Ok("1") | Err(_) => true,
-        Ok(other) => {
-            tracing::warn!(value = other, "URDMA_ECN is 0 or 1; ECN stays on");
-            true
-        }
-    })
+    *ON.get_or_init(|| switch("URDMA_ECN"))
+}
+
+/// Whether RC QPs offer selective retransmission to their peers
+/// (`URDMA_SELECTIVE`: `1`, the default, or `0` for go-back-N only).
+pub fn selective() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| switch("URDMA_SELECTIVE"))
 }
 
 /// Default busy-polling window (as Linux's `net.core.busy_poll` advice).

@@ -27,16 +27,7 @@ fn outstanding(qp: &QpCtx) -> bool {
 /// Move the send pointer back to `to` (go-back-N).
 fn rewind(qp: &mut QpCtx, to: u32) {
     qp.req.rd_atomic.clear();
-    for (i, w) in qp.req.sq.iter().enumerate() {
-        let d = psn::diff(to, w.first_psn);
-        if d >= 0 && (d as u32) < w.npsn {
-            qp.req.send_pos = i;
-            qp.req.send_pkt = d as u32;
-            return;
-        }
-    }
-    qp.req.send_pos = qp.req.sq.len();
-    qp.req.send_pkt = 0;
+    (qp.req.send_pos, qp.req.send_pkt) = requester::locate(qp, to).unwrap_or((qp.req.sq.len(), 0));
 }
 
 /// Go back to `una` to recover from a loss that a NAK, a gap in READ
@@ -183,7 +174,7 @@ pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     match pkt.repr.bth.opcode.info().kind {
         OpKind::Ack => {
             let Some(aeth) = pkt.repr.aeth else { return };
-            on_aeth(qp, cx, p, aeth.syndrome);
+            on_aeth(qp, cx, p, aeth.syndrome, pkt.repr.bth.selective);
         }
         OpKind::ReadResponse => on_read_response(qp, cx, pkt),
         OpKind::AtomicAck => on_atomic_ack(qp, cx, pkt),
@@ -191,7 +182,9 @@ pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     }
 }
 
-fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
+/// Handle an ACK or NAK for `p`; `selective` is the NAK's mark: the
+/// responder kept what came after `p` ([`requester::resend_one`]).
+fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, selective: bool) {
     match syndrome {
         AckSyndrome::Ack { .. } => ack_through(qp, cx, p),
         AckSyndrome::RnrNak { timer } => {
@@ -219,6 +212,14 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
             ack_through(qp, cx, psn::prev(p));
             if code == NakCode::PsnSequenceError {
                 cx.count(&mut qp.counters, Counter::SeqNaksReceived);
+                // The responder kept what followed: resend just `p`. The
+                // retransmission timer, which only progress restarts,
+                // bounds how long such NAKs can go on.
+                if selective && cx.selective && requester::resend_one(qp, cx, p) {
+                    let (una, high) = (qp.req.una, qp.req.high_psn);
+                    qp.req.window.on_selective_loss(una, high);
+                    return;
+                }
                 // A NAK of a loss already being repaired spends nothing,
                 // even with no retry left.
                 if !rewind_due(qp, cx.now) {

@@ -65,6 +65,8 @@ counter_table! {
     HeaderErrors => "header_errors",
     /// Datagrams dropped for being larger than any packet (truncated on receipt).
     Oversized => "oversized",
+    /// Out-of-sequence requests kept for later (selective retransmission).
+    HeldOutOfSequence => "held_out_of_sequence",
     /// Packets dropped for another reason (no such QP, wrong state, wrong source, out of sequence).
     Dropped => "dropped",
     /// Packets that could not be sent (socket error).

@@ -7,6 +7,7 @@
 //! one receiver thus back off instead of overflowing its socket with
 //! retransmitted windows until their retries run out.
 
+use super::psn;
 use super::requester::WINDOW;
 
 /// Smallest window after a loss, in packets.
@@ -26,6 +27,10 @@ pub struct SendWindow {
     threshold: u32,
     /// Packets acknowledged toward the next +1 above the threshold.
     credit: u32,
+    /// After a selective loss: the highest PSN sent then. Until the oldest
+    /// unacknowledged PSN passes it, further losses are of the same
+    /// window and shrink nothing more.
+    recover: Option<u32>,
 }
 
 impl Default for SendWindow {
@@ -34,6 +39,7 @@ impl Default for SendWindow {
             size: INITIAL_WINDOW,
             threshold: WINDOW,
             credit: 0,
+            recover: None,
         }
     }
 }
@@ -63,6 +69,21 @@ impl SendWindow {
     /// A sequence NAK: a packet was lost but later ones arrived.
     pub fn on_loss(&mut self) {
         self.threshold = (self.size / 2).max(MIN_WINDOW);
+        self.size = self.threshold;
+        self.credit = 0;
+    }
+
+    /// A loss a selective NAK reported, with `una` the oldest
+    /// unacknowledged PSN and `high` the highest sent: the window shrinks
+    /// by a quarter, once per window (the losses one window suffers are
+    /// one sign of congestion). Random loss thus costs less than a
+    /// halving, while a queue that overflows still makes the QP back off.
+    pub fn on_selective_loss(&mut self, una: u32, high: u32) {
+        if self.recover.is_some_and(|r| psn::lt(una, r)) {
+            return;
+        }
+        self.recover = Some(high);
+        self.threshold = (self.size - self.size / 4).max(MIN_WINDOW);
         self.size = self.threshold;
         self.credit = 0;
     }

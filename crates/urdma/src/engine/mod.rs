@@ -77,6 +77,11 @@ pub(crate) struct Ctx<'a> {
     pub srqs: &'a mut HashMap<u32, srq::SrqCtx>,
     /// Memory windows.
     pub mws: &'a mut mw::MwTable,
+    /// Bytes of out-of-sequence requests the device's QPs keep.
+    pub held_budget: &'a Arc<responder::HeldBudget>,
+    /// RC QPs offer and accept selective retransmission
+    /// ([`Engine::set_selective`]).
+    pub selective: bool,
 }
 
 impl Ctx<'_> {
@@ -148,6 +153,8 @@ pub struct Engine {
     rng: rand::rngs::StdRng,
     batching: bool,
     deferred_acks: Vec<u32>,
+    held_budget: Arc<responder::HeldBudget>,
+    selective: bool,
     srqs: HashMap<u32, srq::SrqCtx>,
     next_srqn: u32,
     idents: ident::SenderIdents,
@@ -185,6 +192,8 @@ impl Engine {
             rng,
             batching: false,
             deferred_acks: Vec::new(),
+            held_budget: Arc::default(),
+            selective: true,
             srqs: HashMap::new(),
             next_srqn: 1,
             idents: ident::SenderIdents::default(),
@@ -192,6 +201,16 @@ impl Engine {
             gsi_psn,
             kernel_gsi: None,
         }
+    }
+
+    /// Offer and accept selective retransmission on RC QPs (on by
+    /// default): requests carry the selective mark, marked requests after
+    /// a loss are kept ([`responder`]'s `reorder`), and a marked sequence
+    /// NAK is answered by resending the one packet it names. Off, the QPs
+    /// use IBTA go-back-N only, as with any peer that does not mark its
+    /// packets.
+    pub fn set_selective(&mut self, on: bool) {
+        self.selective = on;
     }
 
     /// Local device address.
@@ -259,6 +278,8 @@ impl Engine {
                 deferred_acks: &mut self.deferred_acks,
                 srqs: &mut self.srqs,
                 mws: &mut self.mws,
+                held_budget: &self.held_budget,
+                selective: self.selective,
             },
         )
     }

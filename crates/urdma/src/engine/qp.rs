@@ -110,6 +110,9 @@ pub struct RespState {
     /// (a requester that timed out several times while the responses
     /// were being built) are answered once.
     pub dup_read_answered: Option<(u32, u64)>,
+    /// Requests received after a lost one, kept until it comes again
+    /// (selective retransmission).
+    pub held: super::responder::Held,
 }
 
 /// Everything the engine knows about one QP.
@@ -285,6 +288,7 @@ impl QpCtx {
         self.req.send_pos = 0;
         self.req.send_pkt = 0;
         self.resp.write = None;
+        self.resp.held.clear();
         let mut recvs: Vec<RecvWqe> = Vec::new();
         if let Some((w, _)) = self.resp.recv.take() {
             recvs.push(w);

@@ -73,7 +73,7 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             break;
         }
         let before = cx.tx.len();
-        if send_one(qp, cx, dst, cur).is_err() {
+        if send_one(qp, cx, dst, cur, false).is_err() {
             qp.complete_head(cx, WcStatus::LocProtErr, 0);
             qp.enter_error(cx, Some(AsyncEventKind::QpFatal));
             return;
@@ -248,12 +248,14 @@ fn payload_of(wqe: &SendWqe, seg: Segment, has_payload: bool) -> PayloadSrc<'_> 
 }
 
 /// Send the packet (or READ request chunk) at `cur` of `sq[send_pos]`
-/// and advance the send pointer.
+/// and advance the send pointer; `ask_ack` asks for an acknowledgement
+/// whatever its place.
 fn send_one(
     qp: &mut QpCtx,
     cx: &mut Ctx<'_>,
     dst: std::net::SocketAddr,
     cur: u32,
+    ask_ack: bool,
 ) -> Result<(), tx::PayloadError> {
     let k = qp.req.send_pkt;
     let rc = qp.qp_type == QpType::Rc;
@@ -263,7 +265,11 @@ fn send_one(
     let mut bth = Bth::new(Opcode::RcSendOnly, qp.attr.dest_qp_num, cur);
     bth.ack_req = rc
         && !wqe.op.is_read_or_atomic()
-        && (seg.position.ends_message() || (k + 1).is_multiple_of(ACK_EVERY) || window_full_next);
+        && (ask_ack
+            || seg.position.ends_message()
+            || (k + 1).is_multiple_of(ACK_EVERY)
+            || window_full_next);
+    bth.selective = rc && cx.selective;
     let repr =
         request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;
     let src = payload_of(wqe, seg, repr.bth.opcode.info().has_payload);
@@ -273,6 +279,42 @@ fn send_one(
     }
     qp.req.send_pkt += seg.psns;
     Ok(())
+}
+
+/// The send queue entry holding PSN `p` and `p`'s place in it.
+pub(super) fn locate(qp: &QpCtx, p: u32) -> Option<(usize, u32)> {
+    qp.req.sq.iter().enumerate().find_map(|(i, w)| {
+        let d = psn::diff(p, w.first_psn);
+        (d >= 0 && (d as u32) < w.npsn).then_some((i, d as u32))
+    })
+}
+
+/// Resend the one SEND or WRITE packet at PSN `p`, which a selective NAK
+/// named, leaving the send pointer where it is. Returns false if `p` is
+/// no such packet (a READ or atomic request, or nothing sent): the caller
+/// then goes back N.
+pub(super) fn resend_one(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
+    let Some((pos, k)) = locate(qp, p) else {
+        return false;
+    };
+    if qp.req.sq[pos].op.is_read_or_atomic() || !psn::lt(p, qp.req.high_psn) {
+        return false;
+    }
+    let Some(dst) = qp.remote else { return true };
+    let at = (qp.req.send_pos, qp.req.send_pkt);
+    (qp.req.send_pos, qp.req.send_pkt) = (pos, k);
+    let before = cx.tx.len();
+    let sent = send_one(qp, cx, dst, p, true);
+    (qp.req.send_pos, qp.req.send_pkt) = at;
+    if sent.is_err() {
+        qp.complete_head(cx, WcStatus::LocProtErr, 0);
+        qp.enter_error(cx, Some(AsyncEventKind::QpFatal));
+        return true;
+    }
+    let bytes: usize = cx.tx.iter().skip(before).map(|t| t.data.len()).sum();
+    qp.req.rate.sent(cx.now, bytes);
+    cx.count(&mut qp.counters, Counter::Retransmits);
+    true
 }
 
 fn pump_ud(qp: &mut QpCtx, cx: &mut Ctx<'_>) {

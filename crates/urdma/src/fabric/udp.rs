@@ -109,7 +109,8 @@ fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 
 impl UdpDriver {
     /// Bind the device socket at `local` and wrap `engine`.
-    pub fn bind(name: &str, local: SocketAddr, engine: Engine) -> std::io::Result<Arc<Self>> {
+    pub fn bind(name: &str, local: SocketAddr, mut engine: Engine) -> std::io::Result<Arc<Self>> {
+        engine.set_selective(crate::config::selective());
         let socket = make_socket(local)?;
         let local = socket.local_addr()?;
         let driver = Arc::new_cyclic(|me| UdpDriver {

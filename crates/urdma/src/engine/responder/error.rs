@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | `Unsupported` | dropped | dropped | dropped |
 //! | `Malformed` | ignored | ignored | ignored |
-//! | `PsnOutOfSequence` | sequence NAK (once per ePSN), dropped | - | - |
+//! | `PsnOutOfSequence` | sequence NAK (once per ePSN), dropped; kept if marked selective ([`super::reorder`]) | - | - |
 //! | `OpcodeSequence` | NAK invalid request, ERR (`QpReqErr`) | message abandoned | - |
 //! | `WrongContinuation` | NAK invalid request, ERR (`QpReqErr`) | ignored | - |
 //! | `InvalidRequest` | NAK invalid request, ERR (`QpReqErr`) | message abandoned | dropped |
@@ -151,9 +151,7 @@ fn rc(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, kind: RespError) {
         RespError::PsnOutOfSequence => {
             if !qp.resp.nak_sent {
                 qp.resp.nak_sent = true;
-                cx.count(&mut qp.counters, Counter::SeqNaksSent);
-                let e = qp.resp.epsn;
-                send_aeth(qp, cx, e, AckSyndrome::Nak(NakCode::PsnSequenceError));
+                super::reply::sequence_nak(qp, cx, false);
             }
             drop_packet(qp, cx, kind.describe());
         }

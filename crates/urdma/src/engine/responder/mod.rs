@@ -10,7 +10,8 @@
 //!
 //! 0. the QP is in a state that receives;
 //! 1. PSN: expected, duplicate (answered again by [`duplicate`]) or out of
-//!    sequence; UC resynchronises instead;
+//!    sequence (kept for later by [`reorder`] when the requester marks it
+//!    selective); UC resynchronises instead;
 //! 2. opcode sequence: FIRST/ONLY outside a message, MIDDLE/LAST inside
 //!    one;
 //! 3. opcode valid for the QP's transport, with its headers, and allowed by
@@ -31,6 +32,7 @@ mod check;
 mod duplicate;
 mod error;
 mod execute;
+mod reorder;
 mod reply;
 mod ud;
 pub(super) use ud::received_grh;
@@ -42,6 +44,7 @@ use check::{Plan, Psn};
 use error::Refusal;
 use urdma_wire::Packet;
 
+pub use reorder::{Held, HeldBudget};
 pub use reply::flush_ack;
 
 /// Longest message a request may announce (2^31 bytes, as IBTA allows);
@@ -56,8 +59,13 @@ pub fn on_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
             QpType::Ud => ud::request(qp, cx, pkt),
             QpType::Rc | QpType::Uc => connected(qp, cx, pkt),
         });
-    if let Err(refusal) = outcome {
-        error::reject(qp, cx, pkt, refusal);
+    match outcome {
+        Ok(()) => reorder::release(qp, cx),
+        Err(refusal) => {
+            if refusal.wqe.is_some() || !reorder::hold(qp, cx, pkt, refusal.kind) {
+                error::reject(qp, cx, pkt, refusal);
+            }
+        }
     }
 }
 

@@ -4,8 +4,8 @@
 use super::check::Range;
 use crate::engine::qp::QpCtx;
 use crate::engine::tx::{self, PayloadSrc};
-use crate::engine::{psn, Ctx};
-use urdma_wire::{AckSyndrome, Aeth, AtomicAckEth, Bth, Opcode, Packet, PacketRepr};
+use crate::engine::{psn, Counter, Ctx};
+use urdma_wire::{AckSyndrome, Aeth, AtomicAckEth, Bth, NakCode, Opcode, Packet, PacketRepr};
 
 /// ACK credit field value meaning "no end-to-end credits in use".
 const NO_CREDITS: u8 = 31;
@@ -59,6 +59,17 @@ fn aeth(qp: &QpCtx, syndrome: AckSyndrome) -> Option<Aeth> {
 fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
     let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, p));
     repr.aeth = aeth(qp, syndrome);
+    transmit(qp, cx, &repr, PayloadSrc::Empty);
+}
+
+/// NAK the expected PSN for a sequence error (a request after it came
+/// first); `selective` marks the NAK (see [`super::reorder`]).
+pub(super) fn sequence_nak(qp: &mut QpCtx, cx: &mut Ctx<'_>, selective: bool) {
+    cx.count(&mut qp.counters, Counter::SeqNaksSent);
+    flush_ack(qp, cx);
+    let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, qp.resp.epsn));
+    repr.bth.selective = selective;
+    repr.aeth = aeth(qp, AckSyndrome::Nak(NakCode::PsnSequenceError));
     transmit(qp, cx, &repr, PayloadSrc::Empty);
 }
 

@@ -1,5 +1,7 @@
 //! Loss recovery of the requester: PSN sequence NAKs, go-back-N, the
-//! retransmission timer and retry exhaustion.
+//! retransmission timer and retry exhaustion. Scenarios with lost packets
+//! run both ends with go-back-N (as with a peer that does not mark its
+//! packets selective); `selective.rs` has urdma's own recovery.
 
 use super::{ack_timeout, opts, pattern, psn_ops, wc_summary, Pair, Pkt, Solo, A, B};
 use crate::api::ConnectOptions;
@@ -23,7 +25,7 @@ fn sequence_nak_then_timeout_resend() {
     };
     let t = ack_timeout(10);
     assert_eq!(t, 4_194_304);
-    let mut p = Pair::new(0x1000, &oa, 0x2000, &opts());
+    let mut p = Pair::new(0x1000, &oa, 0x2000, &opts()).go_back_n();
     let data = pattern(3000, 0x5A);
     p.n[A].write(0, &data);
     let (va, rkey) = (p.n[B].va(0x100), p.n[B].mr.rkey);
@@ -213,7 +215,7 @@ fn progress_restores_the_retry_budget() {
 /// duplicate and the resent last one is executed and acknowledged.
 #[test]
 fn reordered_packet_then_go_back_resend() {
-    let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+    let mut p = Pair::new(0x40, &opts(), 0x50, &opts()).go_back_n();
     let data = pattern(3000, 7);
     p.n[A].write(0, &data);
     let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
@@ -323,7 +325,7 @@ fn solo_retrying(retry_cnt: u8) -> (Solo, u64) {
 /// A pair where A (options `oa`) WRITEs 3000 bytes to B and the second
 /// packet is lost: B's sequence NAK, held back, is returned.
 fn write_with_lost_middle(oa: &ConnectOptions) -> (Pair, Vec<Pkt>) {
-    let mut p = Pair::new(0x40, oa, 0x50, &opts());
+    let mut p = Pair::new(0x40, oa, 0x50, &opts()).go_back_n();
     let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
     p.n[A].post(0, 1, SendOp::Write, (0, 3000), (va, rkey));
     p.drop_pkt(A, 1);

@@ -20,6 +20,7 @@ mod loss;
 mod peer;
 mod responses;
 mod rnr;
+mod selective;
 mod wrap;
 
 use peer::Solo;
@@ -341,6 +342,15 @@ impl Pair {
         a.connect(psn_a, ab, qb, psn_b, oa);
         b.connect(psn_b, aa, qa, psn_a, ob);
         Pair { now: 0, n: [a, b] }
+    }
+
+    /// Both ends without selective retransmission: IBTA go-back-N, as
+    /// between urdma and a peer that does not mark its packets.
+    pub fn go_back_n(mut self) -> Pair {
+        for n in &mut self.n {
+            n.eng.set_selective(false);
+        }
+        self
     }
 
     /// Set the clock to `t` (never backwards); no timer runs.

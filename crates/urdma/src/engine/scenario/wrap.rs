@@ -15,7 +15,8 @@ fn sent_by(log: &[(usize, Pkt)], from: usize) -> Vec<(u32, Opcode)> {
         .collect()
 }
 
-/// Rule: PSNs are 24-bit and wrap from 0xFFFFFF to 0 in every role. A
+/// Rule: PSNs are 24-bit and wrap from 0xFFFFFF to 0 in every role
+/// (here with go-back-N; the selective scenarios cross the wrap too). A
 /// sends from 0xFFFFFE a 3-packet WRITE (0xFFFFFE, 0xFFFFFF, 0), a SEND (1)
 /// and a 3-packet READ (2..=4); the packet at PSN 0 is lost, so the
 /// responder NAKs PSN 0 (it expected 0 after 0xFFFFFF), the requester goes
@@ -24,7 +25,7 @@ fn sent_by(log: &[(usize, Pkt)], from: usize) -> Vec<(u32, Opcode)> {
 /// (0xFFFFFF, 0) and a WRITE (1), acknowledged at 0 and 1.
 #[test]
 fn traffic_across_the_psn_wrap() {
-    let mut p = Pair::new(0xFF_FFFE, &opts(), 0xFF_FFFF, &opts());
+    let mut p = Pair::new(0xFF_FFFE, &opts(), 0xFF_FFFF, &opts()).go_back_n();
     let wdata = pattern(3000, 1);
     let sdata = pattern(100, 2);
     let rdata = pattern(2500, 3);

@@ -1,0 +1,219 @@
+//! Selective retransmission, the responder's half: RC requests that arrive
+//! after a lost one are kept, not dropped, when their requester marks them
+//! ([`urdma_wire::Bth::selective`]), and executed in PSN order once the
+//! lost packet arrives again. The sequence NAK then carries the mark too:
+//! it tells the requester that the packet it names is the only one
+//! missing up to the next gap, so it resends that packet alone instead of
+//! going back N.
+//!
+//! - A NAK goes out for the first packet held after a gap, again after
+//!   every [`RENAK_EVERY`] packets held while the same PSN is missing (the
+//!   resent packet may be lost too), and at once when a gap filled and
+//!   another one lies among the packets held.
+//! - Each QP keeps at most [`MAX_HELD`] packets within [`MAX_AHEAD`] PSNs
+//!   of the expected one, and every QP of a device together at most
+//!   [`HeldBudget::LIMIT`] bytes. A packet beyond those is dropped as
+//!   before: the requester's timeout recovers it.
+//! - A held packet is checked when it is executed, like any other: one
+//!   that is refused then is refused as it would have been in order, and
+//!   everything held after it is dropped.
+//!
+//! Requesters that do not mark their requests (other RoCE implementations)
+//! get IBTA go-back-N: their out-of-sequence packets are dropped and NAKed
+//! once per expected PSN.
+
+use super::error::{reject, RespError};
+use super::reply;
+use crate::engine::qp::QpCtx;
+use crate::engine::{psn, Counter, Ctx};
+use crate::types::{QpState, QpType};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use urdma_wire::{Packet, PacketRepr};
+
+/// Most packets one QP keeps.
+pub const MAX_HELD: usize = 256;
+/// Farthest a kept packet may be ahead of the expected PSN.
+pub const MAX_AHEAD: i32 = 1024;
+/// Packets held while one PSN stays missing before its NAK is repeated.
+pub const RENAK_EVERY: u32 = 32;
+
+/// The bytes every QP of a device holds, shared by their [`Held`] sets.
+#[derive(Debug, Default)]
+pub struct HeldBudget(AtomicUsize);
+
+impl HeldBudget {
+    /// Most bytes a device holds for all its QPs.
+    pub const LIMIT: usize = 64 << 20;
+
+    /// Take `n` bytes if the limit allows.
+    fn take(&self, n: usize) -> bool {
+        self.0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(n).filter(|&u| u <= Self::LIMIT)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: usize) {
+        self.0.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Bytes held now.
+    #[cfg(test)]
+    fn used(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A request kept until its turn: its headers and a copy of its payload,
+/// charged to the device's budget until dropped.
+#[derive(Debug)]
+struct HeldPacket {
+    repr: PacketRepr,
+    payload: Box<[u8]>,
+    budget: Arc<HeldBudget>,
+}
+
+impl Drop for HeldPacket {
+    fn drop(&mut self) {
+        self.budget.give_back(self.payload.len());
+    }
+}
+
+/// The out-of-sequence requests one QP keeps, by PSN.
+#[derive(Debug, Default)]
+pub struct Held {
+    by_psn: HashMap<u32, HeldPacket>,
+    /// Packets held since the last NAK for the expected PSN.
+    since_nak: u32,
+}
+
+impl Held {
+    /// True if nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.by_psn.is_empty()
+    }
+
+    /// Forget everything held.
+    pub fn clear(&mut self) {
+        self.by_psn.clear();
+        self.since_nak = 0;
+    }
+}
+
+/// Keep `pkt`, refused for `kind`, if it is a marked RC request after a
+/// gap and there is room; NAK the gap as the module says. Returns false
+/// if the packet was not kept (the caller refuses it as usual).
+pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: RespError) -> bool {
+    let bth = &pkt.repr.bth;
+    let marked = bth.selective && cx.selective;
+    if kind != RespError::PsnOutOfSequence || qp.qp_type != QpType::Rc || !marked {
+        return false;
+    }
+    let ahead = psn::diff(bth.psn, qp.resp.epsn);
+    if ahead <= 0 || ahead > MAX_AHEAD {
+        return false;
+    }
+    let held = &mut qp.resp.held;
+    if !held.by_psn.contains_key(&bth.psn) {
+        if held.by_psn.len() >= MAX_HELD || !cx.held_budget.take(pkt.payload.len()) {
+            return false;
+        }
+        held.by_psn.insert(
+            bth.psn,
+            HeldPacket {
+                repr: pkt.repr,
+                payload: pkt.payload.into(),
+                budget: cx.held_budget.clone(),
+            },
+        );
+        cx.count(&mut qp.counters, Counter::HeldOutOfSequence);
+    }
+    let held = &mut qp.resp.held;
+    held.since_nak += 1;
+    if !qp.resp.nak_sent || held.since_nak >= RENAK_EVERY {
+        selective_nak(qp, cx);
+    }
+    true
+}
+
+/// NAK the expected PSN with the selective mark.
+fn selective_nak(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+    qp.resp.nak_sent = true;
+    qp.resp.held.since_nak = 0;
+    reply::sequence_nak(qp, cx, true);
+}
+
+/// After a request was executed in order: execute the held ones that are
+/// now in order, acknowledge them, and NAK the next gap if packets after
+/// it are held.
+pub(super) fn release(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+    if qp.resp.held.is_empty() {
+        return;
+    }
+    // Whether the last request executed here asked for no ACK.
+    let mut unacknowledged = false;
+    while let Some(h) = qp.resp.held.by_psn.remove(&qp.resp.epsn) {
+        let pkt = Packet {
+            repr: h.repr,
+            payload: &h.payload,
+        };
+        let running = matches!(qp.state(), QpState::Rtr | QpState::Rts | QpState::Sqd);
+        if !running {
+            qp.resp.held.clear();
+            return;
+        }
+        if let Err(refusal) = super::connected(qp, cx, &pkt) {
+            qp.resp.held.clear();
+            reject(qp, cx, &pkt, refusal);
+            return;
+        }
+        unacknowledged = !pkt.repr.bth.ack_req;
+    }
+    let epsn = qp.resp.epsn;
+    // Requests the expected PSN went past (a READ's span) never come due.
+    qp.resp.held.by_psn.retain(|&p, _| psn::lt(epsn, p));
+    if qp.resp.held.is_empty() {
+        qp.resp.held.since_nak = 0;
+        if unacknowledged {
+            reply::ack(qp, cx, psn::prev(epsn));
+        }
+    } else {
+        selective_nak(qp, cx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use urdma_wire::{Bth, Opcode};
+
+    fn held(budget: &Arc<HeldBudget>, len: usize) -> HeldPacket {
+        assert!(budget.take(len));
+        HeldPacket {
+            repr: PacketRepr::new(Bth::new(Opcode::RcSendOnly, 1, 2)),
+            payload: vec![0; len].into(),
+            budget: budget.clone(),
+        }
+    }
+
+    #[test]
+    fn the_budget_bounds_the_device_and_comes_back_with_the_packets() {
+        let budget = Arc::new(HeldBudget::default());
+        let a = held(&budget, 4096);
+        let b = held(&budget, 100);
+        assert_eq!(budget.used(), 4196);
+        assert!(!budget.take(HeldBudget::LIMIT - 4196 + 1));
+        assert!(budget.take(HeldBudget::LIMIT - 4196));
+        budget.give_back(HeldBudget::LIMIT - 4196);
+        drop(a);
+        assert_eq!(budget.used(), 100);
+        let mut set = Held::default();
+        set.by_psn.insert(2, b);
+        set.clear();
+        assert!(set.is_empty());
+        assert_eq!(budget.used(), 0);
+    }
+}

@@ -1,0 +1,226 @@
+//! Selective retransmission between urdma engines: marked requests after a
+//! loss are kept by the responder, the marked sequence NAK names the one
+//! missing packet, and the requester resends that packet alone. With a
+//! peer that does not mark (either end switched off), IBTA go-back-N.
+
+use super::{opts, pattern, psn_ops, wc_summary, Pair, Pkt, A, B};
+use crate::engine::{Counter, SendOp};
+use crate::types::{WcOpcode, WcStatus};
+use urdma_wire::{AckSyndrome, NakCode, Opcode};
+
+const NAK_SEQ: AckSyndrome = AckSyndrome::Nak(NakCode::PsnSequenceError);
+
+/// `(psn, syndrome, selective mark)` of an ACK or NAK.
+fn aeth_of(p: &Pkt) -> (u32, Option<AckSyndrome>, bool) {
+    (p.psn(), p.syndrome(), p.repr.bth.selective)
+}
+
+/// A writes `len` bytes of a pattern to B's region at offset 0; returns
+/// the data.
+fn post_write(p: &mut Pair, len: usize) -> Vec<u8> {
+    let data = pattern(len, 0x3C);
+    p.n[A].write(0, &data);
+    let (va, rkey) = (p.n[B].va(0), p.n[B].mr.rkey);
+    p.n[A].post(p.now, 1, SendOp::Write, (0, len), (va, rkey));
+    data
+}
+
+/// Rule: a lost middle packet: the packet after it is kept (not dropped)
+/// and NAKed once with the mark; the requester resends only the lost one
+/// (asking for an ACK); the responder then executes it and the kept one,
+/// and the WRITE completes with the right data.
+#[test]
+fn a_lost_packet_is_resent_alone() {
+    let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+    let data = post_write(&mut p, 3000);
+    let first = p.n[A].peek();
+    assert!(
+        first.iter().all(|x| x.repr.bth.selective),
+        "requests marked"
+    );
+    assert_eq!(p.drop_pkt(A, 1).psn(), 0x41);
+    p.deliver_all(A);
+    assert_eq!(p.n[B].rq_psn(), 0x41);
+    assert_eq!(p.n[B].count(Counter::HeldOutOfSequence), 1);
+    assert_eq!(p.n[B].count(Counter::Dropped), 0, "kept, not dropped");
+    let nak = p.n[B].peek();
+    assert_eq!(
+        nak.iter().map(aeth_of).collect::<Vec<_>>(),
+        [(0x41, Some(NAK_SEQ), true)]
+    );
+
+    p.deliver_all(B);
+    let again = p.n[A].peek();
+    assert_eq!(psn_ops(&again), [(0x41, Opcode::RcWriteMiddle)]);
+    assert!(again[0].repr.bth.ack_req);
+    assert_eq!(again[0].payload, first[1].payload);
+    assert_eq!(p.n[A].count(Counter::Retransmits), 1);
+
+    p.deliver_all(A);
+    assert_eq!(p.n[B].rq_psn(), 0x43);
+    let acks = p.n[B].peek();
+    assert_eq!(acks.last().map(aeth_of).map(|a| a.0), Some(0x42));
+    p.settle();
+    assert_eq!(
+        wc_summary(&p.n[A].send_wcs()),
+        [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    assert_eq!(p.n[B].read(0, 3000), data);
+    assert_eq!(p.n[A].count(Counter::Retransmits), 1);
+    assert_eq!(p.n[A].count(Counter::Timeouts), 0);
+}
+
+/// Rule: two gaps in one window: the NAK names the first; once it is
+/// filled, the responder runs the kept packets up to the second gap and
+/// NAKs that at once. Two packets resent in all.
+#[test]
+fn two_gaps_are_repaired_one_after_the_other() {
+    let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+    let data = post_write(&mut p, 6000);
+    assert_eq!(p.n[A].peek().len(), 6);
+    assert_eq!(p.drop_pkt(A, 3).psn(), 0x43);
+    assert_eq!(p.drop_pkt(A, 1).psn(), 0x41);
+    p.deliver_all(A);
+    assert_eq!(p.n[B].count(Counter::HeldOutOfSequence), 3);
+    let nak = p.take_all(B);
+    assert_eq!(
+        nak.iter().map(aeth_of).collect::<Vec<_>>(),
+        [(0x41, Some(NAK_SEQ), true)]
+    );
+    p.inject(A, &nak[0].data);
+    assert_eq!(psn_ops(&p.deliver_all(A)), [(0x41, Opcode::RcWriteMiddle)]);
+    assert_eq!(p.n[B].rq_psn(), 0x43);
+    let replies = p.n[B].peek();
+    assert_eq!(
+        replies.last().map(aeth_of),
+        Some((0x43, Some(NAK_SEQ), true)),
+        "the second gap is NAKed at once"
+    );
+    p.deliver_all(B);
+    assert_eq!(psn_ops(&p.n[A].peek()), [(0x43, Opcode::RcWriteMiddle)]);
+    p.settle();
+    assert_eq!(
+        wc_summary(&p.n[A].send_wcs()),
+        [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    assert_eq!(p.n[B].read(0, 6000), data);
+    assert_eq!(p.n[A].count(Counter::Retransmits), 2);
+    assert_eq!(p.n[B].count(Counter::SeqNaksSent), 2);
+}
+
+/// Rule: a responder that does not take part (as rxe) drops the marked
+/// packet and sends a plain NAK: the requester goes back N. A requester
+/// that does not mark its requests gets the same from a urdma responder.
+#[test]
+fn a_peer_without_the_mark_gets_go_back_n() {
+    for off in [B, A] {
+        let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+        p.n[off].eng.set_selective(false);
+        let data = post_write(&mut p, 3000);
+        assert_eq!(p.n[A].peek()[0].repr.bth.selective, off == B);
+        p.drop_pkt(A, 1);
+        p.deliver_all(A);
+        assert_eq!(p.n[B].count(Counter::HeldOutOfSequence), 0);
+        assert_eq!(p.n[B].count(Counter::Dropped), 1);
+        let nak = p.n[B].peek();
+        assert_eq!(
+            nak.iter().map(aeth_of).collect::<Vec<_>>(),
+            [(0x41, Some(NAK_SEQ), false)]
+        );
+        p.deliver_all(B);
+        assert_eq!(
+            psn_ops(&p.n[A].peek()),
+            [(0x41, Opcode::RcWriteMiddle), (0x42, Opcode::RcWriteLast)],
+            "go-back-N"
+        );
+        p.settle();
+        assert_eq!(p.n[B].read(0, 3000), data);
+        assert_eq!(p.n[A].send_wcs().len(), 1);
+    }
+}
+
+/// Rule: when the resent packet is lost too, the retransmission timer
+/// goes back N; the responder executes the lost packet and what it kept,
+/// and answers the copies of those as duplicates.
+#[test]
+fn a_lost_resend_is_recovered_by_the_timer() {
+    let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+    let data = post_write(&mut p, 4000);
+    p.drop_pkt(A, 1);
+    p.deliver_all(A);
+    assert_eq!(p.n[B].count(Counter::HeldOutOfSequence), 2);
+    p.deliver_all(B);
+    assert_eq!(psn_ops(&p.take_all(A)), [(0x41, Opcode::RcWriteMiddle)]);
+    p.fire();
+    assert_eq!(p.n[A].count(Counter::Timeouts), 1);
+    assert_eq!(p.n[A].peek().len(), 3, "go-back from 0x41");
+    p.settle();
+    assert_eq!(
+        wc_summary(&p.n[A].send_wcs()),
+        [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    assert_eq!(p.n[B].read(0, 4000), data);
+    assert_eq!(p.n[B].count(Counter::Duplicates), 2);
+}
+
+/// Rule: a kept request is checked when its turn comes: a SEND with no
+/// receive WQE left is refused then with an RNR NAK, what was kept after
+/// it is forgotten, and the requester's RNR retry delivers it later.
+#[test]
+fn a_kept_request_refused_in_its_turn() {
+    let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+    p.n[B].post_recv(0, 70, 0x8000, 100);
+    p.n[A].write(0, &pattern(100, 1));
+    p.n[A].post(0, 1, SendOp::Send, (0, 100), (0, 0));
+    p.n[A].post(0, 2, SendOp::Send, (0, 100), (0, 0));
+    p.n[A].post(0, 3, SendOp::Send, (0, 100), (0, 0));
+    p.drop_pkt(A, 0);
+    p.deliver_all(A);
+    assert_eq!(p.n[B].count(Counter::HeldOutOfSequence), 2);
+    p.deliver_all(B);
+    assert_eq!(psn_ops(&p.deliver_all(A)), [(0x40, Opcode::RcSendOnly)]);
+    assert_eq!(p.n[B].count(Counter::RnrNaksSent), 1);
+    assert_eq!(p.n[B].rq_psn(), 0x41);
+    let rnr = p.n[B].peek();
+    assert!(matches!(
+        rnr.last().and_then(Pkt::syndrome),
+        Some(AckSyndrome::RnrNak { .. })
+    ));
+    assert_eq!(rnr.last().map(Pkt::psn), Some(0x41));
+    p.deliver_all(B);
+    p.n[B].post_recv(p.now, 71, 0x8000, 100);
+    p.n[B].post_recv(p.now, 72, 0x8000, 100);
+    let mut wcs = Vec::new();
+    while wcs.len() < 3 {
+        p.fire();
+        p.settle();
+        wcs.extend(p.n[A].send_wcs());
+    }
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(p.n[B].recv_wcs().len(), 3);
+    assert_eq!(p.n[B].count(Counter::RnrNaksSent), 1);
+}
+
+/// Rule: selective recovery works across the PSN wrap: the packet at
+/// 0xFFFFFF is lost, the one at 0 is kept.
+#[test]
+fn selective_recovery_across_the_psn_wrap() {
+    let mut p = Pair::new(0xFF_FFFE, &opts(), 0x10, &opts());
+    let data = post_write(&mut p, 3000);
+    assert_eq!(p.drop_pkt(A, 1).psn(), 0xFF_FFFF);
+    p.deliver_all(A);
+    let nak = p.n[B].peek();
+    assert_eq!(
+        nak.iter().map(aeth_of).collect::<Vec<_>>(),
+        [(0xFF_FFFF, Some(NAK_SEQ), true)]
+    );
+    p.deliver_all(B);
+    assert_eq!(
+        psn_ops(&p.n[A].peek()),
+        [(0xFF_FFFF, Opcode::RcWriteMiddle)]
+    );
+    p.settle();
+    assert_eq!(p.n[B].rq_psn(), 1);
+    assert_eq!(p.n[B].read(0, 3000), data);
+    assert_eq!(p.n[A].send_wcs().len(), 1);
+}
