@@ -51,6 +51,7 @@ fn go_back(qp: &mut QpCtx, now: u64) {
     qp.req.resend_horizon = Some(qp.req.high_psn);
     qp.req.last_rewind_at = now;
     qp.req.last_rewind_psn = una;
+    qp.req.rtt.on_resend();
     rewind(qp, una);
 }
 
@@ -101,12 +102,13 @@ fn progressed(qp: &mut QpCtx, cx: &Ctx<'_>) {
             break;
         }
     }
-    let deadline = if outstanding(qp) {
-        qp.ack_timeout_ns().map(|t| cx.now + t)
-    } else {
-        None
-    };
-    qp.timers.set(TimerKind::Retransmit, deadline);
+    qp.req.rtt.on_ack(qp.req.una, cx.now);
+    let busy = outstanding(qp);
+    let deadline = busy.then(|| qp.ack_timeout_ns()).flatten();
+    qp.timers
+        .set(TimerKind::Retransmit, deadline.map(|t| cx.now + t));
+    let probe = (busy && qp.req.peer_selective).then(|| cx.now + qp.req.rtt.probe_timeout());
+    qp.timers.set(TimerKind::Probe, probe);
 }
 
 /// Fail the head WQE and move the QP to ERR.
@@ -173,6 +175,9 @@ pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     }
     match pkt.repr.bth.opcode.info().kind {
         OpKind::Ack => {
+            if pkt.repr.bth.selective && cx.selective {
+                qp.req.peer_selective = true;
+            }
             let Some(aeth) = pkt.repr.aeth else { return };
             on_aeth(qp, cx, p, aeth.syndrome, pkt.repr.bth.selective);
         }
@@ -204,6 +209,7 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, sele
             let wait = rnr_timer_micros(timer) * 1000;
             qp.timers.set(TimerKind::RnrBackoff, Some(cx.now + wait));
             qp.timers.stop(TimerKind::Retransmit);
+            qp.timers.stop(TimerKind::Probe);
         }
         AckSyndrome::Nak(code) => {
             if psn::lt(p, qp.req.una) {
@@ -216,8 +222,12 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, sele
                 // retransmission timer, which only progress restarts,
                 // bounds how long such NAKs can go on.
                 if selective && cx.selective && requester::resend_one(qp, cx, p) {
-                    let (una, high) = (qp.req.una, qp.req.high_psn);
-                    qp.req.window.on_selective_loss(una, high);
+                    // With ECN, marks tell of congestion; a loss is then
+                    // taken for corruption and leaves the window alone.
+                    if !cx.ecn {
+                        let (una, high) = (qp.req.una, qp.req.high_psn);
+                        qp.req.window.on_selective_loss(una, high);
+                    }
                     return;
                 }
                 // A NAK of a loss already being repaired spends nothing,
@@ -338,6 +348,31 @@ fn on_atomic_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     progressed(qp, cx);
 }
 
+/// The probe timer expired with no progress: resend the last packet sent
+/// (else the oldest unacknowledged one) to a selective peer, asking for an
+/// ACK, and wait twice as long for the next probe. The peer answers with
+/// an ACK of all it has, or a marked NAK of its first gap, or the probe
+/// fills the gap; whatever was lost is then repaired as after any NAK.
+/// No retry is spent: the retransmission timer still bounds a QP that
+/// hears nothing.
+fn probe(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+    let waiting = qp.timers.is_running(TimerKind::RnrBackoff);
+    if !outstanding(qp)
+        || waiting
+        || !qp.req.peer_selective
+        || !matches!(qp.state(), QpState::Rts | QpState::Sqd)
+    {
+        return;
+    }
+    let (last, una) = (psn::prev(qp.req.high_psn), qp.req.una);
+    if requester::resend_one(qp, cx, last) || requester::resend_one(qp, cx, una) {
+        cx.count(&mut qp.counters, Counter::Probes);
+    }
+    qp.req.rtt.on_probe();
+    let at = cx.now + qp.req.rtt.probe_timeout();
+    qp.timers.set(TimerKind::Probe, Some(at));
+}
+
 /// Handle the retransmission timer, then transmit what is allowed.
 pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     if qp.timers.take_expired(TimerKind::Retransmit, cx.now)
@@ -355,6 +390,9 @@ pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         rewind_for_loss(qp, cx.now);
         let deadline = qp.ack_timeout_ns().map(|t| cx.now + t);
         qp.timers.set(TimerKind::Retransmit, deadline);
+    }
+    if qp.timers.take_expired(TimerKind::Probe, cx.now) {
+        probe(qp, cx);
     }
     // Paced: the pump below sends what the bucket now allows.
     qp.timers.take_expired(TimerKind::Pace, cx.now);

@@ -65,6 +65,9 @@ counter_table! {
     HeaderErrors => "header_errors",
     /// Datagrams dropped for being larger than any packet (truncated on receipt).
     Oversized => "oversized",
+    /// Oldest unacknowledged packets resent after a probe timeout
+    /// (selective retransmission).
+    Probes => "loss_probes",
     /// Out-of-sequence requests kept for later (selective retransmission).
     HeldOutOfSequence => "held_out_of_sequence",
     /// Packets dropped for another reason (no such QP, wrong state, wrong source, out of sequence).

@@ -74,18 +74,15 @@ impl SendWindow {
     }
 
     /// A loss a selective NAK reported, with `una` the oldest
-    /// unacknowledged PSN and `high` the highest sent: the window shrinks
-    /// by a quarter, once per window (the losses one window suffers are
-    /// one sign of congestion). Random loss thus costs less than a
-    /// halving, while a queue that overflows still makes the QP back off.
+    /// unacknowledged PSN and `high` the highest sent: the window halves,
+    /// once per window (the losses one window suffers are one sign of
+    /// congestion), as TCP's NewReno does.
     pub fn on_selective_loss(&mut self, una: u32, high: u32) {
         if self.recover.is_some_and(|r| psn::lt(una, r)) {
             return;
         }
         self.recover = Some(high);
-        self.threshold = (self.size - self.size / 4).max(MIN_WINDOW);
-        self.size = self.threshold;
-        self.credit = 0;
+        self.on_loss();
     }
 
     /// A retransmission timeout: nothing came back for a whole timeout.

@@ -20,6 +20,7 @@ pub mod rate;
 mod requester;
 mod responder;
 pub(crate) mod rings;
+pub mod rtt;
 #[cfg(test)]
 mod scenario;
 pub(crate) mod srq;
@@ -82,6 +83,8 @@ pub(crate) struct Ctx<'a> {
     /// RC QPs offer and accept selective retransmission
     /// ([`Engine::set_selective`]).
     pub selective: bool,
+    /// Packets leave ECN-capable ([`Engine::set_ecn`]).
+    pub ecn: bool,
 }
 
 impl Ctx<'_> {
@@ -155,6 +158,7 @@ pub struct Engine {
     deferred_acks: Vec<u32>,
     held_budget: Arc<responder::HeldBudget>,
     selective: bool,
+    ecn: bool,
     srqs: HashMap<u32, srq::SrqCtx>,
     next_srqn: u32,
     idents: ident::SenderIdents,
@@ -194,6 +198,7 @@ impl Engine {
             deferred_acks: Vec::new(),
             held_budget: Arc::default(),
             selective: true,
+            ecn: true,
             srqs: HashMap::new(),
             next_srqn: 1,
             idents: ident::SenderIdents::default(),
@@ -211,6 +216,15 @@ impl Engine {
     /// packets.
     pub fn set_selective(&mut self, on: bool) {
         self.selective = on;
+    }
+
+    /// Say whether the device's packets leave ECN-capable (on by
+    /// default). With ECN, congestion is signalled by CE marks, which the
+    /// DCQCN rate controller answers, and a loss repaired selectively is
+    /// taken for corruption; without, such a loss halves the send window
+    /// once per window, as TCP's NewReno does.
+    pub fn set_ecn(&mut self, on: bool) {
+        self.ecn = on;
     }
 
     /// Local device address.
@@ -280,6 +294,7 @@ impl Engine {
                 mws: &mut self.mws,
                 held_budget: &self.held_budget,
                 selective: self.selective,
+                ecn: self.ecn,
             },
         )
     }

@@ -58,6 +58,11 @@ pub struct ReqState {
     pub rate: super::rate::SendRate,
     /// When this QP last sent a CNP to its peer (ns).
     pub last_cnp_at: Option<u64>,
+    /// The peer's responder marks its ACKs and NAKs selective: it keeps
+    /// requests received after a loss (see the responder's `reorder`).
+    pub peer_selective: bool,
+    /// Round-trip time and loss probe timeout.
+    pub rtt: super::rtt::RttEstimator,
     /// Requests posted behind a local operation (bind, invalidate) that
     /// waits for the SQ to empty, in posting order (see
     /// [`super::local_ops`]).
@@ -113,6 +118,9 @@ pub struct RespState {
     /// Requests received after a lost one, kept until it comes again
     /// (selective retransmission).
     pub held: super::responder::Held,
+    /// The peer's last request carried the selective mark: ACKs and NAKs
+    /// carry it back.
+    pub peer_marks: bool,
 }
 
 /// Everything the engine knows about one QP.

@@ -82,6 +82,8 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         qp.req.rate.sent(cx.now, bytes);
         if psn::diff(cur, qp.req.high_psn) < 0 {
             cx.count(&mut qp.counters, Counter::Retransmits);
+        } else if rc {
+            qp.req.rtt.on_send(cur, cx.now);
         }
         let wqe = &qp.req.sq[pos];
         if qp.req.send_pkt >= wqe.npsn {
@@ -106,6 +108,10 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
                 TimerKind::Retransmit,
                 qp.ack_timeout_ns().map(|t| cx.now + t),
             );
+        }
+        if rc && qp.req.peer_selective && !qp.timers.is_running(TimerKind::Probe) {
+            let at = cx.now + qp.req.rtt.probe_timeout();
+            qp.timers.set(TimerKind::Probe, Some(at));
         }
     }
     if qp.state() == QpState::Sqd && qp.req.send_pkt == 0 {
@@ -301,6 +307,7 @@ pub(super) fn resend_one(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
         return false;
     }
     let Some(dst) = qp.remote else { return true };
+    qp.req.rtt.on_resend();
     let at = (qp.req.send_pos, qp.req.send_pkt);
     (qp.req.send_pos, qp.req.send_pkt) = (pos, k);
     let before = cx.tx.len();

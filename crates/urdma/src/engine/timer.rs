@@ -14,15 +14,19 @@ pub(crate) enum TimerKind {
     /// The QP is paced after congestion notifications: its next packet
     /// may leave then.
     Pace,
+    /// No progress for a probe timeout with a selective peer: resend the
+    /// oldest unacknowledged packet ([`super::rtt`]).
+    Probe,
 }
 
 impl TimerKind {
     /// Every kind.
-    const ALL: [TimerKind; 4] = [
+    const ALL: [TimerKind; 5] = [
         TimerKind::Retransmit,
         TimerKind::RnrBackoff,
         TimerKind::Revisit,
         TimerKind::Pace,
+        TimerKind::Probe,
     ];
 }
 

@@ -111,6 +111,7 @@ impl UdpDriver {
     /// Bind the device socket at `local` and wrap `engine`.
     pub fn bind(name: &str, local: SocketAddr, mut engine: Engine) -> std::io::Result<Arc<Self>> {
         engine.set_selective(crate::config::selective());
+        engine.set_ecn(crate::config::ecn());
         let socket = make_socket(local)?;
         let local = socket.local_addr()?;
         let driver = Arc::new_cyclic(|me| UdpDriver {

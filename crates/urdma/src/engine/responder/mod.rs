@@ -71,6 +71,7 @@ pub fn on_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
 
 /// The chain for RC and UC requests.
 fn connected(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), Refusal> {
+    qp.resp.peer_marks = pkt.repr.bth.selective && cx.selective;
     if check::psn(qp, cx, pkt)? == Psn::Duplicate {
         duplicate::answer(qp, cx, pkt);
         return Ok(());

@@ -8,8 +8,9 @@
 //!
 //! - A NAK goes out for the first packet held after a gap, again after
 //!   every [`RENAK_EVERY`] packets held while the same PSN is missing (the
-//!   resent packet may be lost too), and at once when a gap filled and
-//!   another one lies among the packets held.
+//!   resent packet may be lost too), for a copy of a packet held that
+//!   asks for an ACK (the requester's loss probe), and at once when a gap
+//!   filled and another one lies among the packets held.
 //! - Each QP keeps at most [`MAX_HELD`] packets within [`MAX_AHEAD`] PSNs
 //!   of the expected one, and every QP of a device together at most
 //!   [`HeldBudget::LIMIT`] bytes. A packet beyond those is dropped as
@@ -117,7 +118,8 @@ pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: Res
         return false;
     }
     let held = &mut qp.resp.held;
-    if !held.by_psn.contains_key(&bth.psn) {
+    let again = held.by_psn.contains_key(&bth.psn);
+    if !again {
         if held.by_psn.len() >= MAX_HELD || !cx.held_budget.take(pkt.payload.len()) {
             return false;
         }
@@ -133,7 +135,7 @@ pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: Res
     }
     let held = &mut qp.resp.held;
     held.since_nak += 1;
-    if !qp.resp.nak_sent || held.since_nak >= RENAK_EVERY {
+    if !qp.resp.nak_sent || held.since_nak >= RENAK_EVERY || (again && bth.ack_req) {
         selective_nak(qp, cx);
     }
     true

@@ -58,6 +58,7 @@ fn aeth(qp: &QpCtx, syndrome: AckSyndrome) -> Option<Aeth> {
 /// Send an ACK or NAK for PSN `p` now.
 fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
     let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, p));
+    repr.bth.selective = qp.resp.peer_marks;
     repr.aeth = aeth(qp, syndrome);
     transmit(qp, cx, &repr, PayloadSrc::Empty);
 }
@@ -68,7 +69,7 @@ pub(super) fn sequence_nak(qp: &mut QpCtx, cx: &mut Ctx<'_>, selective: bool) {
     cx.count(&mut qp.counters, Counter::SeqNaksSent);
     flush_ack(qp, cx);
     let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, qp.resp.epsn));
-    repr.bth.selective = selective;
+    repr.bth.selective = selective && qp.resp.peer_marks;
     repr.aeth = aeth(qp, AckSyndrome::Nak(NakCode::PsnSequenceError));
     transmit(qp, cx, &repr, PayloadSrc::Empty);
 }

@@ -12,7 +12,8 @@ use urdma_wire::{rnr_timer_micros, AckSyndrome, Opcode};
 /// sends nothing for exactly the time that code stands for (no
 /// retransmission timer runs meanwhile), resends the SEND with the same
 /// PSN, and succeeds once a receive WQE has been posted; each RNR NAK
-/// spends one RNR retry.
+/// spends one RNR retry. (Go-back-N peers: with selective ones a loss
+/// probe timer runs beside the ACK timeout.)
 #[test]
 fn rnr_nak_backs_off_then_succeeds() {
     let oa = ConnectOptions {
@@ -25,7 +26,7 @@ fn rnr_nak_backs_off_then_succeeds() {
     };
     let wait = rnr_timer_micros(4) * 1000;
     assert_eq!(wait, 40_000);
-    let mut p = Pair::new(0x30, &oa, 0x40, &ob);
+    let mut p = Pair::new(0x30, &oa, 0x40, &ob).go_back_n();
     let data = pattern(100, 3);
     p.n[A].write(0, &data);
     p.n[A].post(0, 1, SendOp::Send, (0, 100), (0, 0));

@@ -139,11 +139,12 @@ fn a_peer_without_the_mark_gets_go_back_n() {
     }
 }
 
-/// Rule: when the resent packet is lost too, the retransmission timer
-/// goes back N; the responder executes the lost packet and what it kept,
-/// and answers the copies of those as duplicates.
+/// Rule: when the resent packet is lost too, the probe timer (not the ACK
+/// timeout) resends the last packet sent, asking for an ACK; the
+/// responder, which holds it already, NAKs the gap again, and the lost
+/// packet is resent. No retry is spent.
 #[test]
-fn a_lost_resend_is_recovered_by_the_timer() {
+fn a_lost_resend_is_repaired_after_a_probe() {
     let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
     let data = post_write(&mut p, 4000);
     p.drop_pkt(A, 1);
@@ -151,16 +152,56 @@ fn a_lost_resend_is_recovered_by_the_timer() {
     assert_eq!(p.n[B].count(Counter::HeldOutOfSequence), 2);
     p.deliver_all(B);
     assert_eq!(psn_ops(&p.take_all(A)), [(0x41, Opcode::RcWriteMiddle)]);
-    p.fire();
-    assert_eq!(p.n[A].count(Counter::Timeouts), 1);
-    assert_eq!(p.n[A].peek().len(), 3, "go-back from 0x41");
+    let t = p.fire();
+    assert!(
+        t < super::ack_timeout(10),
+        "the probe comes before the ACK timeout"
+    );
+    let probe = p.n[A].peek();
+    assert_eq!(psn_ops(&probe), [(0x43, Opcode::RcWriteLast)]);
+    assert!(probe[0].repr.bth.ack_req);
+    assert_eq!(p.n[A].count(Counter::Probes), 1);
+    p.deliver_all(A);
+    let nak = p.n[B].peek();
+    assert_eq!(
+        nak.iter().map(aeth_of).collect::<Vec<_>>(),
+        [(0x41, Some(NAK_SEQ), true)]
+    );
     p.settle();
     assert_eq!(
         wc_summary(&p.n[A].send_wcs()),
         [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
     );
     assert_eq!(p.n[B].read(0, 4000), data);
-    assert_eq!(p.n[B].count(Counter::Duplicates), 2);
+    assert_eq!(p.n[A].count(Counter::Timeouts), 0);
+}
+
+/// Rule: a lost last packet, which no later packet reveals, is resent by
+/// the probe once the peer is known to be selective (its ACKs carry the
+/// mark); with a go-back-N peer only the ACK timeout runs.
+#[test]
+fn a_lost_last_packet_is_probed() {
+    let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+    post_write(&mut p, 100);
+    p.settle();
+    assert_eq!(p.n[A].send_wcs().len(), 1);
+    let data = post_write(&mut p, 3000);
+    assert_eq!(p.drop_pkt(A, 2).psn(), 0x43);
+    p.deliver_all(A);
+    assert!(p.n[B].out.is_empty(), "nothing asked for an ACK");
+    p.fire();
+    assert_eq!(psn_ops(&p.n[A].peek()), [(0x43, Opcode::RcWriteLast)]);
+    p.settle();
+    assert_eq!(p.n[A].send_wcs().len(), 1);
+    assert_eq!(p.n[B].read(0, 3000), data);
+    assert_eq!(p.n[A].count(Counter::Probes), 1);
+
+    let mut q = Pair::new(0x40, &opts(), 0x50, &opts());
+    q.n[B].eng.set_selective(false);
+    post_write(&mut q, 100);
+    q.settle();
+    post_write(&mut q, 3000);
+    assert_eq!(q.next_deadline(), Some(super::ack_timeout(10)));
 }
 
 /// Rule: a kept request is checked when its turn comes: a SEND with no
