@@ -72,9 +72,12 @@ for loss in 0 1 5; do
       continue
     fi
     [ -n "${base[$mode]:-}" ] || base[$mode]=$bw
-    # What the receiving side's QPs did: packets kept out of sequence, NAKs.
+    # What both devices did: packets resent, probes and timeouts on the
+    # sending side; packets kept out of sequence and NAKs on the other.
+    ip netns exec $NS_C env $envs "$U" stat 2>/dev/null | grep -E "addr $IP_C:" | head -1 |
+      sed 's/^.*final counters\] /    sender: /'
     ip netns exec $NS_S env $envs "$U" stat 2>/dev/null | grep -E "addr $IP_S:" | head -1 |
-      sed 's/^/    receiver: /'
+      sed 's/^.*final counters\] /    receiver: /'
     awk -v l=$loss -v m=$mode -v bw="$bw" -v b="${base[$mode]}" -v tcp="$tcp" -v ms="$ms" -v n="$ITERS" 'BEGIN {
       printf "loss %d%%, %s: RDMA WRITE 1 MiB goodput %8.2f MiB/s, %.2f of the loss-free figure (TCP %s MiB/s; %d writes, %.1f s)\n",
         l, m, bw, bw / b, tcp, n, ms / 1000 }'

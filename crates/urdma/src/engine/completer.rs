@@ -177,6 +177,10 @@ pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         OpKind::Ack => {
             if pkt.repr.bth.selective && cx.selective {
                 qp.req.peer_selective = true;
+                if outstanding(qp) && !qp.timers.is_running(TimerKind::Probe) {
+                    let at = cx.now + qp.req.rtt.probe_timeout();
+                    qp.timers.set(TimerKind::Probe, Some(at));
+                }
             }
             let Some(aeth) = pkt.repr.aeth else { return };
             on_aeth(qp, cx, p, aeth.syndrome, pkt.repr.bth.selective);
@@ -215,21 +219,26 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, sele
             if psn::lt(p, qp.req.una) {
                 return;
             }
+            if selective && cx.selective && code == NakCode::PsnSequenceError {
+                cx.count(&mut qp.counters, Counter::SeqNaksReceived);
+                // `p` alone is missing; a marked NAK acknowledges nothing.
+                // A READ or atomic request is resent by going back. The
+                // retransmission timer, which only progress restarts,
+                // bounds how long such NAKs can go on.
+                if !requester::resend_one(qp, cx, p) && rewind_due(qp, cx.now) {
+                    go_back(qp, cx.now);
+                }
+                // With ECN, marks tell of congestion; a loss is then taken
+                // for corruption and leaves the window alone.
+                if !cx.ecn {
+                    let (una, high) = (qp.req.una, qp.req.high_psn);
+                    qp.req.window.on_selective_loss(una, high);
+                }
+                return;
+            }
             ack_through(qp, cx, psn::prev(p));
             if code == NakCode::PsnSequenceError {
                 cx.count(&mut qp.counters, Counter::SeqNaksReceived);
-                // The responder kept what followed: resend just `p`. The
-                // retransmission timer, which only progress restarts,
-                // bounds how long such NAKs can go on.
-                if selective && cx.selective && requester::resend_one(qp, cx, p) {
-                    // With ECN, marks tell of congestion; a loss is then
-                    // taken for corruption and leaves the window alone.
-                    if !cx.ecn {
-                        let (una, high) = (qp.req.una, qp.req.high_psn);
-                        qp.req.window.on_selective_loss(una, high);
-                    }
-                    return;
-                }
                 // A NAK of a loss already being repaired spends nothing,
                 // even with no retry left.
                 if !rewind_due(qp, cx.now) {

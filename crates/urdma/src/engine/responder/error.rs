@@ -151,7 +151,8 @@ fn rc(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, kind: RespError) {
         RespError::PsnOutOfSequence => {
             if !qp.resp.nak_sent {
                 qp.resp.nak_sent = true;
-                super::reply::sequence_nak(qp, cx, false);
+                let e = qp.resp.epsn;
+                super::reply::sequence_nak(qp, cx, e, false);
             }
             drop_packet(qp, cx, kind.describe());
         }

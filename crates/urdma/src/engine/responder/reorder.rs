@@ -1,16 +1,18 @@
 //! Selective retransmission, the responder's half: RC requests that arrive
 //! after a lost one are kept, not dropped, when their requester marks them
 //! ([`urdma_wire::Bth::selective`]), and executed in PSN order once the
-//! lost packet arrives again. The sequence NAK then carries the mark too:
-//! it tells the requester that the packet it names is the only one
-//! missing up to the next gap, so it resends that packet alone instead of
-//! going back N.
+//! lost packets arrive again. Sequence NAKs then carry the mark too, and
+//! mean something else than IBTA's: a marked NAK names one missing PSN
+//! and acknowledges nothing, so the requester resends that packet alone
+//! instead of going back N, and every gap is repaired at once.
 //!
-//! - A NAK goes out for the first packet held after a gap, again after
-//!   every [`RENAK_EVERY`] packets held while the same PSN is missing (the
-//!   resent packet may be lost too), for a copy of a packet held that
-//!   asks for an ACK (the requester's loss probe), and at once when a gap
-//!   filled and another one lies among the packets held.
+//! - A packet held after a gap NAKs each PSN it shows missing: those
+//!   between the highest PSN received before it and itself.
+//! - A copy of a held packet that asks for an ACK (the requester's loss
+//!   probe) NAKs again every PSN still missing: the resent packets may
+//!   have been lost too.
+//! - Once the expected PSN arrives, the held packets that follow it run
+//!   and are acknowledged with an ordinary ACK.
 //! - Each QP keeps at most [`MAX_HELD`] packets within [`MAX_AHEAD`] PSNs
 //!   of the expected one, and every QP of a device together at most
 //!   [`HeldBudget::LIMIT`] bytes. A packet beyond those is dropped as
@@ -37,8 +39,9 @@ use urdma_wire::{Packet, PacketRepr};
 pub const MAX_HELD: usize = 256;
 /// Farthest a kept packet may be ahead of the expected PSN.
 pub const MAX_AHEAD: i32 = 1024;
-/// Packets held while one PSN stays missing before its NAK is repeated.
-pub const RENAK_EVERY: u32 = 32;
+/// Most NAKs one packet causes (a longer run of losses is found by the
+/// requester's loss probe, or its ACK timeout).
+pub const MAX_NAKS: u32 = 16;
 
 /// The bytes every QP of a device holds, shared by their [`Held`] sets.
 #[derive(Debug, Default)]
@@ -87,8 +90,8 @@ impl Drop for HeldPacket {
 #[derive(Debug, Default)]
 pub struct Held {
     by_psn: HashMap<u32, HeldPacket>,
-    /// Packets held since the last NAK for the expected PSN.
-    since_nak: u32,
+    /// The PSN after the highest one held (meaningful while any is).
+    high: u32,
 }
 
 impl Held {
@@ -100,31 +103,38 @@ impl Held {
     /// Forget everything held.
     pub fn clear(&mut self) {
         self.by_psn.clear();
-        self.since_nak = 0;
     }
 }
 
 /// Keep `pkt`, refused for `kind`, if it is a marked RC request after a
-/// gap and there is room; NAK the gap as the module says. Returns false
-/// if the packet was not kept (the caller refuses it as usual).
+/// gap and there is room; NAK what it shows missing, as the module says.
+/// Returns false if the packet was not kept (the caller refuses it as
+/// usual).
 pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: RespError) -> bool {
     let bth = &pkt.repr.bth;
     let marked = bth.selective && cx.selective;
     if kind != RespError::PsnOutOfSequence || qp.qp_type != QpType::Rc || !marked {
         return false;
     }
-    let ahead = psn::diff(bth.psn, qp.resp.epsn);
+    let (p, epsn) = (bth.psn, qp.resp.epsn);
+    let ahead = psn::diff(p, epsn);
     if ahead <= 0 || ahead > MAX_AHEAD {
         return false;
     }
     let held = &mut qp.resp.held;
-    let again = held.by_psn.contains_key(&bth.psn);
+    let again = held.by_psn.contains_key(&p);
+    // Everything from here up to `p` is newly found missing.
+    let from = if held.by_psn.is_empty() {
+        epsn
+    } else {
+        held.high
+    };
     if !again {
         if held.by_psn.len() >= MAX_HELD || !cx.held_budget.take(pkt.payload.len()) {
             return false;
         }
         held.by_psn.insert(
-            bth.psn,
+            p,
             HeldPacket {
                 repr: pkt.repr,
                 payload: pkt.payload.into(),
@@ -133,24 +143,34 @@ pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: Res
         );
         cx.count(&mut qp.counters, Counter::HeldOutOfSequence);
     }
-    let held = &mut qp.resp.held;
-    held.since_nak += 1;
-    if !qp.resp.nak_sent || held.since_nak >= RENAK_EVERY || (again && bth.ack_req) {
-        selective_nak(qp, cx);
+    if psn::lt(from, p) {
+        held.high = psn::add(p, 1);
+        nak_missing(qp, cx, from, p);
+    } else if again && bth.ack_req {
+        // The requester's loss probe: tell it again all that is missing.
+        let high = held.high;
+        nak_missing(qp, cx, epsn, high);
     }
     true
 }
 
-/// NAK the expected PSN with the selective mark.
-fn selective_nak(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
-    qp.resp.nak_sent = true;
-    qp.resp.held.since_nak = 0;
-    reply::sequence_nak(qp, cx, true);
+/// Send a marked sequence NAK for each PSN from `from` up to (not
+/// including) `to` that is not held, at most [`MAX_NAKS`] of them.
+fn nak_missing(qp: &mut QpCtx, cx: &mut Ctx<'_>, from: u32, to: u32) {
+    let mut q = from;
+    let mut sent = 0;
+    while psn::lt(q, to) && sent < MAX_NAKS {
+        if !qp.resp.held.by_psn.contains_key(&q) {
+            reply::sequence_nak(qp, cx, q, true);
+            sent += 1;
+        }
+        q = psn::add(q, 1);
+    }
 }
 
 /// After a request was executed in order: execute the held ones that are
-/// now in order, acknowledge them, and NAK the next gap if packets after
-/// it are held.
+/// now in order and acknowledge them (the gaps after them were NAKed when
+/// they were found).
 pub(super) fn release(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     if qp.resp.held.is_empty() {
         return;
@@ -177,13 +197,8 @@ pub(super) fn release(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     let epsn = qp.resp.epsn;
     // Requests the expected PSN went past (a READ's span) never come due.
     qp.resp.held.by_psn.retain(|&p, _| psn::lt(epsn, p));
-    if qp.resp.held.is_empty() {
-        qp.resp.held.since_nak = 0;
-        if unacknowledged {
-            reply::ack(qp, cx, psn::prev(epsn));
-        }
-    } else {
-        selective_nak(qp, cx);
+    if unacknowledged {
+        reply::ack(qp, cx, psn::prev(epsn));
     }
 }
 

@@ -63,12 +63,13 @@ fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
     transmit(qp, cx, &repr, PayloadSrc::Empty);
 }
 
-/// NAK the expected PSN for a sequence error (a request after it came
-/// first); `selective` marks the NAK (see [`super::reorder`]).
-pub(super) fn sequence_nak(qp: &mut QpCtx, cx: &mut Ctx<'_>, selective: bool) {
+/// NAK PSN `p` for a sequence error (a request after it came first): the
+/// expected PSN, or with `selective` any missing PSN (see
+/// [`super::reorder`]).
+pub(super) fn sequence_nak(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, selective: bool) {
     cx.count(&mut qp.counters, Counter::SeqNaksSent);
     flush_ack(qp, cx);
-    let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, qp.resp.epsn));
+    let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, p));
     repr.bth.selective = selective && qp.resp.peer_marks;
     repr.aeth = aeth(qp, AckSyndrome::Nak(NakCode::PsnSequenceError));
     transmit(qp, cx, &repr, PayloadSrc::Empty);
