@@ -262,3 +262,55 @@ fn selective_recovery_across_the_psn_wrap() {
     assert_eq!(p.n[B].read(0, 3000), data);
     assert_eq!(p.n[A].send_wcs().len(), 1);
 }
+
+/// Rule: a marked NAK acknowledges nothing, even when it names a READ
+/// request the requester cannot resend alone: the requester goes back to
+/// its oldest unacknowledged PSN, and nothing completes before the
+/// responder has it all.
+#[test]
+fn a_nak_of_a_read_goes_back_and_acknowledges_nothing() {
+    let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+    for k in 0..3 {
+        p.n[B].post_recv(0, 70 + k, 0x8000 + 0x100 * k as usize, 100);
+    }
+    let rdata = pattern(100, 9);
+    p.n[B].write(0x4000, &rdata);
+    p.n[A].write(0, &pattern(100, 1));
+    let (va, rkey) = (p.n[B].va(0x4000), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Send, (0, 100), (0, 0));
+    p.n[A].post(0, 2, SendOp::Read, (0x1000, 100), (va, rkey));
+    p.n[A].post(0, 3, SendOp::Send, (0, 100), (0, 0));
+    p.n[A].post(0, 4, SendOp::Send, (0, 100), (0, 0));
+    p.drop_pkt(A, 0);
+    assert_eq!(p.drop_pkt(A, 0).opcode(), Opcode::RcReadRequest);
+    p.deliver_all(A);
+    let nak = p.n[B].peek();
+    assert_eq!(
+        nak.iter().map(aeth_of).collect::<Vec<_>>(),
+        [(0x40, Some(NAK_SEQ), true), (0x41, Some(NAK_SEQ), true)]
+    );
+    p.deliver_all(B);
+    assert!(p.n[A].send_wcs().is_empty(), "nothing acknowledged");
+    let again = psn_ops(&p.n[A].peek());
+    assert!(again.contains(&(0x41, Opcode::RcReadRequest)), "{again:?}");
+    let mut wcs = Vec::new();
+    for _ in 0..10 {
+        p.settle();
+        wcs.extend(p.n[A].send_wcs());
+        if wcs.len() == 4 {
+            break;
+        }
+        p.fire();
+    }
+    assert_eq!(
+        wc_summary(&wcs),
+        [
+            (1, WcStatus::Success, WcOpcode::Send),
+            (2, WcStatus::Success, WcOpcode::RdmaRead),
+            (3, WcStatus::Success, WcOpcode::Send),
+            (4, WcStatus::Success, WcOpcode::Send)
+        ]
+    );
+    assert_eq!(p.n[A].read(0x1000, 100), rdata);
+    assert_eq!(p.n[B].recv_wcs().len(), 3);
+}
