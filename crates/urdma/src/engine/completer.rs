@@ -107,7 +107,7 @@ fn progressed(qp: &mut QpCtx, cx: &Ctx<'_>) {
     let deadline = busy.then(|| qp.ack_timeout_ns()).flatten();
     qp.timers
         .set(TimerKind::Retransmit, deadline.map(|t| cx.now + t));
-    let probe = (busy && qp.req.peer_selective).then(|| cx.now + qp.req.rtt.probe_timeout());
+    let probe = (busy && qp.req.peer_selective).then(|| qp.probe_deadline(cx.now));
     qp.timers.set(TimerKind::Probe, probe);
 }
 
@@ -178,7 +178,7 @@ pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
             if pkt.repr.bth.selective && cx.selective {
                 qp.req.peer_selective = true;
                 if outstanding(qp) && !qp.timers.is_running(TimerKind::Probe) {
-                    let at = cx.now + qp.req.rtt.probe_timeout();
+                    let at = qp.probe_deadline(cx.now);
                     qp.timers.set(TimerKind::Probe, Some(at));
                 }
             }
@@ -378,7 +378,7 @@ fn probe(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         cx.count(&mut qp.counters, Counter::Probes);
     }
     qp.req.rtt.on_probe();
-    let at = cx.now + qp.req.rtt.probe_timeout();
+    let at = qp.probe_deadline(cx.now);
     qp.timers.set(TimerKind::Probe, Some(at));
 }
 
@@ -394,7 +394,14 @@ pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             return;
         }
         qp.req.retry_left -= 1;
-        qp.req.window.on_timeout();
+        // With ECN and a selective peer, a timeout follows a run of
+        // losses (a lost resend, probe or ACK), not a congested queue,
+        // which marks: halve the window rather than close it.
+        if cx.ecn && qp.req.peer_selective {
+            qp.req.window.on_loss();
+        } else {
+            qp.req.window.on_timeout();
+        }
         qp.req.resend_horizon = None;
         rewind_for_loss(qp, cx.now);
         let deadline = qp.ack_timeout_ns().map(|t| cx.now + t);

@@ -223,6 +223,17 @@ impl QpCtx {
         }
     }
 
+    /// When a loss probe is due if nothing progresses from `now`: after
+    /// the probe timeout ([`super::rtt`]), and never later than a quarter
+    /// of the ACK timeout, which goes back N.
+    pub fn probe_deadline(&self, now: u64) -> u64 {
+        let pto = self.req.rtt.probe_timeout();
+        let cap = self
+            .ack_timeout_ns()
+            .map_or(pto, |t| (t / 4).max(super::rtt::MIN_PROBE_NS));
+        now + pto.min(cap)
+    }
+
     /// Queue a completion on the send or receive CQ. A full CQ moves the
     /// QP to the error state (the CQ reports the overrun).
     pub fn push_wc(&mut self, cx: &mut Ctx<'_>, wc: WorkCompletion, recv: bool, solicited: bool) {

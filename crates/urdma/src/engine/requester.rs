@@ -110,7 +110,7 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             );
         }
         if rc && qp.req.peer_selective && !qp.timers.is_running(TimerKind::Probe) {
-            let at = cx.now + qp.req.rtt.probe_timeout();
+            let at = qp.probe_deadline(cx.now);
             qp.timers.set(TimerKind::Probe, Some(at));
         }
     }

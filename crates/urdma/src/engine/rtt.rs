@@ -20,7 +20,7 @@ pub const MIN_PROBE_NS: u64 = 200_000;
 /// The probe timeout before any round trip was measured (ns).
 pub const INITIAL_PROBE_NS: u64 = 1_000_000;
 /// Most doublings of the probe timeout while nothing progresses.
-const MAX_BACKOFF: u32 = 6;
+const MAX_BACKOFF: u32 = 3;
 
 /// Round-trip measurement of one QP.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
