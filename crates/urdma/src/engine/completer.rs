@@ -51,6 +51,7 @@ fn go_back(qp: &mut QpCtx, now: u64) {
     qp.req.resend_horizon = Some(qp.req.high_psn);
     qp.req.last_rewind_at = now;
     qp.req.last_rewind_psn = una;
+    qp.req.sack_high = None;
     qp.req.rtt.on_resend();
     rewind(qp, una);
 }
@@ -103,6 +104,9 @@ fn progressed(qp: &mut QpCtx, cx: &Ctx<'_>) {
         }
     }
     qp.req.rtt.on_ack(qp.req.una, cx.now);
+    if qp.req.sack_high.is_some_and(|h| psn::le(h, qp.req.una)) {
+        qp.req.sack_high = None;
+    }
     let busy = outstanding(qp);
     let deadline = busy.then(|| qp.ack_timeout_ns()).flatten();
     qp.timers
@@ -183,7 +187,8 @@ pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
                 }
             }
             let Some(aeth) = pkt.repr.aeth else { return };
-            on_aeth(qp, cx, p, aeth.syndrome, pkt.repr.bth.selective);
+            let reach = pkt.repr.bth.selective.then_some(aeth.msn);
+            on_aeth(qp, cx, p, aeth.syndrome, reach);
         }
         OpKind::ReadResponse => on_read_response(qp, cx, pkt),
         OpKind::AtomicAck => on_atomic_ack(qp, cx, pkt),
@@ -191,9 +196,17 @@ pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     }
 }
 
-/// Handle an ACK or NAK for `p`; `selective` is the NAK's mark: the
-/// responder kept what came after `p` ([`requester::resend_one`]).
-fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, selective: bool) {
+/// Handle an ACK or NAK for `p`. `reach` is set if it carries the
+/// selective mark: a marked NAK then says the responder kept what came
+/// after `p` ([`requester::resend_one`]) and received requests up to
+/// (not including) `reach`.
+fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, reach: Option<u32>) {
+    let selective = reach.is_some();
+    if let Some(r) = reach.filter(|&r| psn::lt(qp.req.una, r) && psn::le(r, qp.req.high_psn)) {
+        if qp.req.sack_high.is_none_or(|h| psn::lt(h, r)) {
+            qp.req.sack_high = Some(r);
+        }
+    }
     match syndrome {
         AckSyndrome::Ack { .. } => ack_through(qp, cx, p),
         AckSyndrome::RnrNak { timer } => {
@@ -210,6 +223,8 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, sele
                 qp.req.rnr_left -= 1;
             }
             rewind(qp, p);
+            // The responder forgot what it kept after the refused request.
+            qp.req.sack_high = None;
             let wait = rnr_timer_micros(timer) * 1000;
             qp.timers.set(TimerKind::RnrBackoff, Some(cx.now + wait));
             qp.timers.stop(TimerKind::Retransmit);

@@ -63,6 +63,9 @@ pub struct ReqState {
     pub peer_selective: bool,
     /// Round-trip time and loss probe timeout.
     pub rtt: super::rtt::RttEstimator,
+    /// The PSN after the highest request the selective peer reported
+    /// received (in its marked NAKs), while above `una`.
+    pub sack_high: Option<u32>,
     /// Requests posted behind a local operation (bind, invalidate) that
     /// waits for the SQ to empty, in posting order (see
     /// [`super::local_ops`]).

@@ -11,6 +11,9 @@ use urdma_wire::{AtomicEth, Bth, Deth, Opcode, PacketRepr, Position, Reth, Trans
 
 /// Most PSNs outstanding (sent, not acknowledged) per QP.
 pub const WINDOW: u32 = 256;
+/// Most PSNs outstanding with a selective peer, counting those it reported
+/// received out of sequence, which leave the window (see [`window_base`]).
+pub const SELECTIVE_SPAN: u32 = 2 * WINDOW;
 /// A request asks for an ACK at least this often (in packets).
 pub const ACK_EVERY: u32 = 32;
 /// Largest READ request, in response packets; longer READs are split.
@@ -57,7 +60,10 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             break;
         }
         let cur = psn::add(wqe.first_psn, qp.req.send_pkt);
-        if rc && psn::diff(cur, qp.req.una) >= qp.req.window.size() as i32 {
+        if rc
+            && (psn::diff(cur, window_base(qp)) >= qp.req.window.size() as i32
+                || psn::diff(cur, qp.req.una) >= SELECTIVE_SPAN as i32)
+        {
             break;
         }
         if wqe.op.is_read_or_atomic()
@@ -122,6 +128,17 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
                 cx.event(AsyncEventKind::SqDrained, qp.qpn);
             }
         }
+    }
+}
+
+/// Where the send window starts: the oldest unacknowledged PSN, or past
+/// it the PSN after the highest one a selective peer reported received
+/// (the packets below it that it lacks are being resent: a loss does not
+/// stall the window for a round trip).
+fn window_base(qp: &QpCtx) -> u32 {
+    match qp.req.sack_high {
+        Some(h) if psn::lt(qp.req.una, h) => h,
+        _ => qp.req.una,
     }
 }
 

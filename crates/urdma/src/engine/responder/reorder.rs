@@ -13,6 +13,11 @@
 //!   have been lost too.
 //! - Once the expected PSN arrives, the held packets that follow it run
 //!   and are acknowledged with an ordinary ACK.
+//! - Marked ACKs and NAKs carry in the AETH, where IBTA puts the MSN, the
+//!   PSN after the highest request received: what lies below it and was
+//!   not NAKed has arrived, so the requester's window moves past it. A
+//!   held packet that asks for an ACK is answered with such an ACK (of
+//!   the last PSN executed) to tell how far the packets reach.
 //! - Each QP keeps at most [`MAX_HELD`] packets within [`MAX_AHEAD`] PSNs
 //!   of the expected one, and every QP of a device together at most
 //!   [`HeldBudget::LIMIT`] bytes. A packet beyond those is dropped as
@@ -36,7 +41,7 @@ use std::sync::Arc;
 use urdma_wire::{Packet, PacketRepr};
 
 /// Most packets one QP keeps.
-pub const MAX_HELD: usize = 256;
+pub const MAX_HELD: usize = crate::engine::requester::SELECTIVE_SPAN as usize;
 /// Farthest a kept packet may be ahead of the expected PSN.
 pub const MAX_AHEAD: i32 = 1024;
 /// Most NAKs one packet causes (a longer run of losses is found by the
@@ -95,6 +100,16 @@ pub struct Held {
 }
 
 impl Held {
+    /// The PSN after the highest request received, with `epsn` the
+    /// expected one.
+    pub(super) fn reach(&self, epsn: u32) -> u32 {
+        if self.by_psn.is_empty() {
+            epsn
+        } else {
+            self.high
+        }
+    }
+
     /// True if nothing is held.
     pub fn is_empty(&self) -> bool {
         self.by_psn.is_empty()
@@ -146,6 +161,9 @@ pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: Res
     if psn::lt(from, p) {
         held.high = psn::add(p, 1);
         nak_missing(qp, cx, from, p);
+        if bth.ack_req {
+            reply::ack(qp, cx, psn::prev(epsn));
+        }
     } else if again && bth.ack_req {
         // The requester's loss probe: tell it again all that is missing.
         let high = held.high;

@@ -47,12 +47,16 @@ pub(super) fn send_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckS
     emit_aeth(qp, cx, p, syndrome);
 }
 
-/// The AETH of a response: `syndrome` and the current MSN.
+/// The AETH of a response: `syndrome` and the current MSN, or for a
+/// requester that marks its requests selective, in the MSN's place, the
+/// PSN after the highest request received (see [`super::reorder`]).
 fn aeth(qp: &QpCtx, syndrome: AckSyndrome) -> Option<Aeth> {
-    Some(Aeth {
-        syndrome,
-        msn: qp.resp.msn,
-    })
+    let msn = if qp.resp.peer_marks {
+        qp.resp.held.reach(qp.resp.epsn)
+    } else {
+        qp.resp.msn
+    };
+    Some(Aeth { syndrome, msn })
 }
 
 /// Send an ACK or NAK for PSN `p` now.

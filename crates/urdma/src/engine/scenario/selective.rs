@@ -9,6 +9,7 @@ use crate::types::{WcOpcode, WcStatus};
 use urdma_wire::{AckSyndrome, NakCode, Opcode};
 
 const NAK_SEQ: AckSyndrome = AckSyndrome::Nak(NakCode::PsnSequenceError);
+const ACK: AckSyndrome = AckSyndrome::Ack { credits: 31 };
 
 /// `(psn, syndrome, selective mark)` of an ACK or NAK.
 fn aeth_of(p: &Pkt) -> (u32, Option<AckSyndrome>, bool) {
@@ -26,7 +27,8 @@ fn post_write(p: &mut Pair, len: usize) -> Vec<u8> {
 }
 
 /// Rule: a lost middle packet: the packet after it is kept (not dropped)
-/// and NAKed once with the mark; the requester resends only the lost one
+/// and NAKed once with the mark (and, as it asks for an ACK, answered
+/// with a marked ACK of what ran); the requester resends only the lost one
 /// (asking for an ACK); the responder then executes it and the kept one,
 /// and the WRITE completes with the right data.
 #[test]
@@ -46,7 +48,7 @@ fn a_lost_packet_is_resent_alone() {
     let nak = p.n[B].peek();
     assert_eq!(
         nak.iter().map(aeth_of).collect::<Vec<_>>(),
-        [(0x41, Some(NAK_SEQ), true)]
+        [(0x41, Some(NAK_SEQ), true), (0x40, Some(ACK), true)]
     );
 
     p.deliver_all(B);
@@ -250,7 +252,10 @@ fn selective_recovery_across_the_psn_wrap() {
     let nak = p.n[B].peek();
     assert_eq!(
         nak.iter().map(aeth_of).collect::<Vec<_>>(),
-        [(0xFF_FFFF, Some(NAK_SEQ), true)]
+        [
+            (0xFF_FFFF, Some(NAK_SEQ), true),
+            (0xFF_FFFE, Some(ACK), true)
+        ]
     );
     p.deliver_all(B);
     assert_eq!(
@@ -287,7 +292,11 @@ fn a_nak_of_a_read_goes_back_and_acknowledges_nothing() {
     let nak = p.n[B].peek();
     assert_eq!(
         nak.iter().map(aeth_of).collect::<Vec<_>>(),
-        [(0x40, Some(NAK_SEQ), true), (0x41, Some(NAK_SEQ), true)]
+        [
+            (0x40, Some(NAK_SEQ), true),
+            (0x41, Some(NAK_SEQ), true),
+            (0x3F, Some(ACK), true)
+        ]
     );
     p.deliver_all(B);
     assert!(p.n[A].send_wcs().is_empty(), "nothing acknowledged");
@@ -313,4 +322,39 @@ fn a_nak_of_a_read_goes_back_and_acknowledges_nothing() {
     );
     assert_eq!(p.n[A].read(0x1000, 100), rdata);
     assert_eq!(p.n[B].recv_wcs().len(), 3);
+}
+
+/// Rule: a marked NAK also says how far the responder received (in the
+/// AETH's MSN field): the requester's window moves past what arrived, so
+/// it goes on sending new packets while the lost one is resent.
+#[test]
+fn the_window_moves_past_what_arrived() {
+    let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+    let data = post_write(&mut p, 40 * 1024);
+    let first = p.n[A].peek();
+    let window = first.len() as u32;
+    assert_eq!(window, crate::engine::cwnd::INITIAL_WINDOW);
+    assert_eq!(p.drop_pkt(A, 0).psn(), 0x40);
+    p.deliver_all(A);
+    let replies = p.n[B].peek();
+    let reach: Vec<_> = replies
+        .iter()
+        .map(|r| (aeth_of(r), r.repr.aeth.map(|a| a.msn)))
+        .collect();
+    assert_eq!(
+        reach,
+        [
+            ((0x40, Some(NAK_SEQ), true), Some(0x42)),
+            ((0x3F, Some(ACK), true), Some(0x40 + window))
+        ],
+        "the NAK, then the ACK the last packet asked for"
+    );
+    p.deliver_all(B);
+    let next = psn_ops(&p.n[A].peek());
+    assert_eq!(next[0], (0x40, Opcode::RcWriteFirst));
+    assert_eq!(next[1].0, 0x40 + window, "new packets past the window");
+    assert_eq!(next.len(), 1 + 40 - window as usize);
+    p.settle();
+    assert_eq!(p.n[A].send_wcs().len(), 1);
+    assert_eq!(p.n[B].read(0, 40 * 1024), data);
 }
