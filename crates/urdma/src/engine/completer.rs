@@ -75,6 +75,17 @@ fn rewind_due(qp: &QpCtx, now: u64) -> bool {
     true
 }
 
+/// Whether `p` may be resent on a selective peer's word: not if it was
+/// resent less than a round trip ago (that copy may still be on its way,
+/// or the news of it).
+fn resend_due(qp: &QpCtx, now: u64, p: u32) -> bool {
+    let rtt = qp.req.rtt.srtt().unwrap_or(super::rtt::MIN_PROBE_NS).max(1);
+    qp.req
+        .resent_at
+        .get(&p)
+        .is_none_or(|&t| now.saturating_sub(t) >= rtt)
+}
+
 /// Note forward progress: reset retry counters and the timer.
 /// Move the oldest unacknowledged PSN forward to `to`, opening the send
 /// window by the packets acknowledged.
@@ -106,6 +117,10 @@ fn progressed(qp: &mut QpCtx, cx: &Ctx<'_>) {
     qp.req.rtt.on_ack(qp.req.una, cx.now);
     if qp.req.sack_high.is_some_and(|h| psn::le(h, qp.req.una)) {
         qp.req.sack_high = None;
+    }
+    if !qp.req.resent_at.is_empty() {
+        let una = qp.req.una;
+        qp.req.resent_at.retain(|&p, _| psn::le(una, p));
     }
     let busy = outstanding(qp);
     let deadline = busy.then(|| qp.ack_timeout_ns()).flatten();
@@ -208,7 +223,16 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, reac
         }
     }
     match syndrome {
-        AckSyndrome::Ack { .. } => ack_through(qp, cx, p),
+        AckSyndrome::Ack { .. } => {
+            ack_through(qp, cx, p);
+            // A marked ACK that reaches past `una` says the packet at
+            // `una` is missing there: its NAK or its resend was lost.
+            let una = qp.req.una;
+            let missing = reach.is_some_and(|r| psn::lt(psn::add(una, 1), r));
+            if missing && resend_due(qp, cx.now, una) {
+                requester::resend_one(qp, cx, una);
+            }
+        }
         AckSyndrome::RnrNak { timer } => {
             cx.count(&mut qp.counters, Counter::RnrNaksReceived);
             if psn::lt(p, qp.req.una) {
@@ -240,6 +264,9 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, reac
                 // A READ or atomic request is resent by going back. The
                 // retransmission timer, which only progress restarts,
                 // bounds how long such NAKs can go on.
+                if !resend_due(qp, cx.now, p) {
+                    return;
+                }
                 if !requester::resend_one(qp, cx, p) && rewind_due(qp, cx.now) {
                     go_back(qp, cx.now);
                 }

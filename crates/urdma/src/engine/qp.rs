@@ -64,8 +64,11 @@ pub struct ReqState {
     /// Round-trip time and loss probe timeout.
     pub rtt: super::rtt::RttEstimator,
     /// The PSN after the highest request the selective peer reported
-    /// received (in its marked NAKs), while above `una`.
+    /// received (in its marked ACKs and NAKs), while above `una`.
     pub sack_high: Option<u32>,
+    /// When each packet resent alone (not yet acknowledged) was last
+    /// resent, by PSN.
+    pub resent_at: std::collections::HashMap<u32, u64>,
     /// Requests posted behind a local operation (bind, invalidate) that
     /// waits for the SQ to empty, in posting order (see
     /// [`super::local_ops`]).

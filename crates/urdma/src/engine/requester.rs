@@ -325,6 +325,7 @@ pub(super) fn resend_one(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
     }
     let Some(dst) = qp.remote else { return true };
     qp.req.rtt.on_resend();
+    qp.req.resent_at.insert(p, cx.now);
     let at = (qp.req.send_pos, qp.req.send_pkt);
     (qp.req.send_pos, qp.req.send_pkt) = (pos, k);
     let before = cx.tx.len();

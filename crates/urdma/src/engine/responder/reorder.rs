@@ -101,9 +101,10 @@ pub struct Held {
 
 impl Held {
     /// The PSN after the highest request received, with `epsn` the
-    /// expected one.
+    /// expected one, while `epsn` is missing; else `epsn`. A reach past
+    /// the expected PSN thus always means that PSN is lost.
     pub(super) fn reach(&self, epsn: u32) -> u32 {
-        if self.by_psn.is_empty() {
+        if self.by_psn.is_empty() || self.by_psn.contains_key(&epsn) {
             epsn
         } else {
             self.high

@@ -358,3 +358,23 @@ fn the_window_moves_past_what_arrived() {
     assert_eq!(p.n[A].send_wcs().len(), 1);
     assert_eq!(p.n[B].read(0, 40 * 1024), data);
 }
+
+/// Rule: a marked ACK that reaches past the requester's oldest
+/// unacknowledged PSN says that packet is missing: when its NAK was lost,
+/// the ACK alone has it resent, without waiting for a probe.
+#[test]
+fn a_lost_nak_is_made_up_by_the_next_ack() {
+    let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+    let data = post_write(&mut p, 3000);
+    p.drop_pkt(A, 1);
+    p.deliver_all(A);
+    let replies = p.n[B].peek();
+    assert_eq!(replies.len(), 2, "a NAK and an ACK");
+    assert_eq!(p.drop_pkt(B, 0).syndrome(), Some(NAK_SEQ));
+    p.deliver_all(B);
+    assert_eq!(psn_ops(&p.n[A].peek()), [(0x41, Opcode::RcWriteMiddle)]);
+    assert_eq!(p.n[A].count(Counter::Probes), 0);
+    p.settle();
+    assert_eq!(p.n[A].send_wcs().len(), 1);
+    assert_eq!(p.n[B].read(0, 3000), data);
+}
