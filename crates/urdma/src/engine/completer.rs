@@ -225,10 +225,11 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, reac
     match syndrome {
         AckSyndrome::Ack { .. } => {
             ack_through(qp, cx, p);
-            // A marked ACK that reaches past `una` says the packet at
-            // `una` is missing there: its NAK or its resend was lost.
+            // A marked ACK of `p` that reaches past `p + 1` says `p + 1`
+            // is missing there: its NAK or its resend was lost.
             let una = qp.req.una;
-            let missing = reach.is_some_and(|r| psn::lt(psn::add(una, 1), r));
+            let next = psn::add(p, 1);
+            let missing = una == next && reach.is_some_and(|r| psn::lt(psn::add(next, 1), r));
             if missing && resend_due(qp, cx.now, una) {
                 requester::resend_one(qp, cx, una);
             }

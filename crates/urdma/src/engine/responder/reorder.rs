@@ -13,11 +13,13 @@
 //!   have been lost too.
 //! - Once the expected PSN arrives, the held packets that follow it run
 //!   and are acknowledged with an ordinary ACK.
-//! - Marked ACKs and NAKs carry in the AETH, where IBTA puts the MSN, the
-//!   PSN after the highest request received: what lies below it and was
-//!   not NAKed has arrived, so the requester's window moves past it. A
-//!   held packet that asks for an ACK is answered with such an ACK (of
-//!   the last PSN executed) to tell how far the packets reach.
+//! - Marked ACKs and NAKs carry in the AETH, where IBTA puts the MSN, how
+//!   far the requests received reach: past a gap, the PSN after the
+//!   highest one held (in NAKs, and in an ACK of the PSN just before the
+//!   gap), else the PSN after the one acknowledged. What lies below it
+//!   and was not NAKed has arrived, so the requester's window moves past
+//!   it; an ACK of `p` that reaches past `p + 1` says `p + 1` is missing.
+//!   A held packet that asks for an ACK is answered with such an ACK.
 //! - Each QP keeps at most [`MAX_HELD`] packets within [`MAX_AHEAD`] PSNs
 //!   of the expected one, and every QP of a device together at most
 //!   [`HeldBudget::LIMIT`] bytes. A packet beyond those is dropped as
@@ -100,15 +102,11 @@ pub struct Held {
 }
 
 impl Held {
-    /// The PSN after the highest request received, with `epsn` the
-    /// expected one, while `epsn` is missing; else `epsn`. A reach past
-    /// the expected PSN thus always means that PSN is lost.
-    pub(super) fn reach(&self, epsn: u32) -> u32 {
-        if self.by_psn.is_empty() || self.by_psn.contains_key(&epsn) {
-            epsn
-        } else {
-            self.high
-        }
+    /// While the expected PSN `epsn` is missing and later requests are
+    /// held: the PSN after the highest one held.
+    pub(super) fn gap_reach(&self, epsn: u32) -> Option<u32> {
+        let gap = !self.by_psn.is_empty() && !self.by_psn.contains_key(&epsn);
+        gap.then_some(self.high)
     }
 
     /// True if nothing is held.

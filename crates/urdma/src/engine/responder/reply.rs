@@ -47,23 +47,39 @@ pub(super) fn send_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckS
     emit_aeth(qp, cx, p, syndrome);
 }
 
-/// The AETH of a response: `syndrome` and the current MSN, or for a
-/// requester that marks its requests selective, in the MSN's place, the
-/// PSN after the highest request received (see [`super::reorder`]).
+/// The AETH of a response: `syndrome` and the current MSN.
 fn aeth(qp: &QpCtx, syndrome: AckSyndrome) -> Option<Aeth> {
-    let msn = if qp.resp.peer_marks {
-        qp.resp.held.reach(qp.resp.epsn)
-    } else {
-        qp.resp.msn
-    };
-    Some(Aeth { syndrome, msn })
+    Some(Aeth {
+        syndrome,
+        msn: qp.resp.msn,
+    })
+}
+
+/// The AETH of an ACK or NAK for `p`. For a requester that marks its
+/// requests selective the ACK or NAK is marked and carries, in the MSN's
+/// place, how far the requests received reach (see [`super::reorder`]):
+/// past a gap, the PSN after the highest one held, told in NAKs and in
+/// an ACK of the PSN just before the gap; else `p + 1`.
+fn marked_aeth(qp: &QpCtx, repr: &mut PacketRepr, p: u32, syndrome: AckSyndrome) {
+    repr.aeth = aeth(qp, syndrome);
+    if !qp.resp.peer_marks {
+        return;
+    }
+    repr.bth.selective = true;
+    let next = psn::add(p, 1);
+    let nak = !matches!(syndrome, AckSyndrome::Ack { .. });
+    let reach = (qp.resp.held.gap_reach(qp.resp.epsn))
+        .filter(|_| nak || next == qp.resp.epsn)
+        .unwrap_or(next);
+    if let Some(a) = repr.aeth.as_mut() {
+        a.msn = reach;
+    }
 }
 
 /// Send an ACK or NAK for PSN `p` now.
 fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
     let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, p));
-    repr.bth.selective = qp.resp.peer_marks;
-    repr.aeth = aeth(qp, syndrome);
+    marked_aeth(qp, &mut repr, p, syndrome);
     transmit(qp, cx, &repr, PayloadSrc::Empty);
 }
 
@@ -74,8 +90,12 @@ pub(super) fn sequence_nak(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, selective: 
     cx.count(&mut qp.counters, Counter::SeqNaksSent);
     flush_ack(qp, cx);
     let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, p));
-    repr.bth.selective = selective && qp.resp.peer_marks;
-    repr.aeth = aeth(qp, AckSyndrome::Nak(NakCode::PsnSequenceError));
+    let syndrome = AckSyndrome::Nak(NakCode::PsnSequenceError);
+    if selective {
+        marked_aeth(qp, &mut repr, p, syndrome);
+    } else {
+        repr.aeth = aeth(qp, syndrome);
+    }
     transmit(qp, cx, &repr, PayloadSrc::Empty);
 }
 
