@@ -400,11 +400,12 @@ fn on_atomic_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     progressed(qp, cx);
 }
 
-/// The probe timer expired with no progress: resend the last packet sent
-/// (else the oldest unacknowledged one) to a selective peer, asking for an
-/// ACK, and wait twice as long for the next probe. The peer answers with
-/// an ACK of all it has, or a marked NAK of its first gap, or the probe
-/// fills the gap; whatever was lost is then repaired as after any NAK.
+/// The probe timer expired with no progress: resend the oldest
+/// unacknowledged packet and the last one sent to a selective peer, asking
+/// for ACKs, and wait twice as long for the next probe. The first fills
+/// the gap that holds the QP back (a lost resend) or is answered with an
+/// ACK; the second fills a lost tail or is answered with a marked NAK of
+/// every PSN still missing, which are then resent as after any NAK.
 /// No retry is spent: the retransmission timer still bounds a QP that
 /// hears nothing.
 fn probe(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
@@ -417,7 +418,9 @@ fn probe(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         return;
     }
     let (last, una) = (psn::prev(qp.req.high_psn), qp.req.una);
-    if requester::resend_one(qp, cx, last) || requester::resend_one(qp, cx, una) {
+    let oldest = requester::resend_one(qp, cx, una);
+    let newest = last != una && requester::resend_one(qp, cx, last);
+    if oldest || newest {
         cx.count(&mut qp.counters, Counter::Probes);
     }
     qp.req.rtt.on_probe();

@@ -13,7 +13,7 @@ use urdma_wire::{AtomicEth, Bth, Deth, Opcode, PacketRepr, Position, Reth, Trans
 pub const WINDOW: u32 = 256;
 /// Most PSNs outstanding with a selective peer, counting those it reported
 /// received out of sequence, which leave the window (see [`window_base`]).
-pub const SELECTIVE_SPAN: u32 = 2 * WINDOW;
+pub const SELECTIVE_SPAN: u32 = 4 * WINDOW;
 /// A request asks for an ACK at least this often (in packets).
 pub const ACK_EVERY: u32 = 32;
 /// Largest READ request, in response packets; longer READs are split.

@@ -45,7 +45,7 @@ use urdma_wire::{Packet, PacketRepr};
 /// Most packets one QP keeps.
 pub const MAX_HELD: usize = crate::engine::requester::SELECTIVE_SPAN as usize;
 /// Farthest a kept packet may be ahead of the expected PSN.
-pub const MAX_AHEAD: i32 = 1024;
+pub const MAX_AHEAD: i32 = crate::engine::requester::SELECTIVE_SPAN as i32;
 /// Most NAKs one packet causes (a longer run of losses is found by the
 /// requester's loss probe, or its ACK timeout).
 pub const MAX_NAKS: u32 = 16;
