@@ -114,7 +114,16 @@ fn progressed(qp: &mut QpCtx, cx: &Ctx<'_>) {
             break;
         }
     }
-    qp.req.rtt.on_ack(qp.req.una, cx.now);
+    // A send pointer that a go-back or an RNR wait left behind what is
+    // now acknowledged moves up: what is acknowledged is never sent again
+    // (a READ chunk sent again would count against the READ credit with
+    // no response to come).
+    let una = qp.req.una;
+    if psn::lt(send_psn(qp), una) {
+        (qp.req.send_pos, qp.req.send_pkt) =
+            requester::locate(qp, una).unwrap_or((qp.req.sq.len(), 0));
+    }
+    qp.req.rtt.on_ack(una, cx.now);
     if qp.req.sack_high.is_some_and(|h| psn::le(h, qp.req.una)) {
         qp.req.sack_high = None;
     }
@@ -247,7 +256,11 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, reac
             if qp.req.rnr_left != 7 {
                 qp.req.rnr_left -= 1;
             }
-            rewind(qp, p);
+            // From `p`, or from an earlier READ or atomic whose responses
+            // were lost (the ACK of what precedes `p` left `una` there):
+            // going on from `p` would leave that one behind.
+            let una = qp.req.una;
+            rewind(qp, una);
             // The responder forgot what it kept after the refused request.
             qp.req.sack_high = None;
             let wait = rnr_timer_micros(timer) * 1000;

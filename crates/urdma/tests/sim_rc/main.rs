@@ -165,6 +165,14 @@ fn dead_peer_fails_with_retry_exceeded() {
 /// (seed, what went wrong).
 const REGRESSION_SEEDS: &[(u64, &str)] = &[
     (
+        1612,
+        "RNR NAK after a READ whose responses were lost: resent from the NAK's PSN, the READ was left behind",
+    ),
+    (
+        39623,
+        "send pointer left behind una by an RNR wait: a READ chunk sent again held the READ credit for ever",
+    ),
+    (
         2,
         "endless loop in completer::accept_in_order (no progress in settle_before)",
     ),
