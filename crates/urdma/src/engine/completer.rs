@@ -284,9 +284,9 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, reac
                 if !requester::resend_one(qp, cx, p) && rewind_due(qp, cx.now) {
                     go_back(qp, cx.now);
                 }
-                // With ECN, marks tell of congestion; a loss is then taken
-                // for corruption and leaves the window alone.
-                if !cx.ecn {
+                // Outside a congestion episode a loss is taken for
+                // corruption and leaves the window alone.
+                if qp.req.loss_is_congestion(cx.ecn) {
                     let (una, high) = (qp.req.una, qp.req.high_psn);
                     qp.req.window.on_selective_loss(una, high);
                 }
@@ -453,10 +453,10 @@ pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             return;
         }
         qp.req.retry_left -= 1;
-        // With ECN and a selective peer, a timeout follows a run of
-        // losses (a lost resend, probe or ACK), not a congested queue,
-        // which marks: halve the window rather than close it.
-        if cx.ecn && qp.req.peer_selective {
+        // With a selective peer and no sign of congestion, a timeout
+        // follows a run of losses (a lost resend, probe or ACK): halve the
+        // window rather than close it.
+        if qp.req.peer_selective && !qp.req.loss_is_congestion(cx.ecn) {
             qp.req.window.on_loss();
         } else {
             qp.req.window.on_timeout();

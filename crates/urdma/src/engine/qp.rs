@@ -22,6 +22,17 @@ fn default_mtu(qp_type: QpType, port_mtu: crate::types::Mtu) -> crate::types::Mt
     }
 }
 
+impl ReqState {
+    /// Whether a loss now signals congestion: always without ECN (`ecn`
+    /// false); with ECN, while the QP is paced after congestion
+    /// notifications, when the queue that marks its packets may also drop
+    /// them. Other losses are taken for corruption: repaired selectively,
+    /// they leave the send window alone.
+    pub fn loss_is_congestion(&self, ecn: bool) -> bool {
+        !ecn || self.rate.rate().is_some()
+    }
+}
+
 /// Requester (send side) state of a QP.
 #[derive(Debug, Default)]
 pub struct ReqState {

@@ -61,7 +61,7 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         }
         let cur = psn::add(wqe.first_psn, qp.req.send_pkt);
         if rc
-            && (psn::diff(cur, window_base(qp)) >= qp.req.window.size() as i32
+            && (psn::diff(cur, window_base(qp, cx.ecn)) >= qp.req.window.size() as i32
                 || psn::diff(cur, qp.req.una) >= SELECTIVE_SPAN as i32)
         {
             break;
@@ -132,12 +132,12 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
 }
 
 /// Where the send window starts: the oldest unacknowledged PSN, or past
-/// it the PSN after the highest one a selective peer reported received
-/// (the packets below it that it lacks are being resent: a loss does not
-/// stall the window for a round trip).
-fn window_base(qp: &QpCtx) -> u32 {
+/// it, outside a congestion episode, the PSN after the highest one a
+/// selective peer reported received (the packets below it that it lacks
+/// are being resent: a loss does not stall the window for a round trip).
+fn window_base(qp: &QpCtx, ecn: bool) -> u32 {
     match qp.req.sack_high {
-        Some(h) if psn::lt(qp.req.una, h) => h,
+        Some(h) if psn::lt(qp.req.una, h) && !qp.req.loss_is_congestion(ecn) => h,
         _ => qp.req.una,
     }
 }
