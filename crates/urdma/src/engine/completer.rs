@@ -462,7 +462,15 @@ pub fn on_timer(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             qp.req.window.on_timeout();
         }
         qp.req.resend_horizon = None;
-        rewind_for_loss(qp, cx.now);
+        // A selective peer that reported holding packets past the oldest
+        // unacknowledged one needs that one alone, the first time;
+        // otherwise, or again, go back N.
+        let una = qp.req.una;
+        let first = qp.req.retry_left + 1 >= qp.attr.retry_cnt;
+        let held = qp.req.peer_selective && qp.req.sack_high.is_some_and(|h| psn::lt(una, h));
+        if !(first && held && requester::resend_one(qp, cx, una)) {
+            rewind_for_loss(qp, cx.now);
+        }
         let deadline = qp.ack_timeout_ns().map(|t| cx.now + t);
         qp.timers.set(TimerKind::Retransmit, deadline);
     }
