@@ -58,8 +58,10 @@ pub struct Bth {
     pub ack_req: bool,
     /// urdma's selective retransmission mark, in a reserved bit. On an RC
     /// request: the requester resends just the packet a marked sequence
-    /// NAK names. On a sequence NAK: the responder keeps the requests it
-    /// received after the PSN named, so that packet alone is missing.
+    /// NAK names. On an ACK or NAK: the responder keeps the requests it
+    /// received out of sequence; a marked sequence NAK names one missing
+    /// PSN and acknowledges nothing, and the AETH's MSN field carries how
+    /// far the requests received reach.
     pub selective: bool,
     /// Packet sequence number (24 bits; higher bits are not emitted).
     pub psn: u32,
@@ -243,9 +245,15 @@ mod tests {
 
     #[test]
     fn reserved_bits_are_ignored_on_parse() {
-        let buf = [0x04, 0x00, 0xFF, 0xFF, 0x3F, 0, 0, 1, 0x7F, 0, 0, 2];
+        let buf = [0x04, 0x00, 0xFF, 0xFF, 0x3F, 0, 0, 1, 0x3F, 0, 0, 2];
         let bth = Bth::parse(&buf);
         assert_eq!(bth, Ok(Bth::new(Opcode::RcSendOnly, 1, 2)));
+        // All but the one urdma uses for its selective mark.
+        let mut marked = buf;
+        marked[8] = 0x7F;
+        let mut expect = Bth::new(Opcode::RcSendOnly, 1, 2);
+        expect.selective = true;
+        assert_eq!(Bth::parse(&marked), Ok(expect));
     }
 
     #[test]

@@ -228,13 +228,14 @@ proptest! {
         mutations in proptest::collection::vec(arb_mutation(), 0..3),
     ) {
         let mut wire = build(&repr, &payload, &ctx).unwrap_or_default();
-        // Reserved bits, reserved byte and pad bytes, which parsing ignores.
+        // Reserved bits (but the selective mark), reserved byte and pad
+        // bytes, which parsing ignores.
         let (bth4, bth8, other) = noise;
         let pad = repr.header_len() + payload.len()..wire.len().saturating_sub(ICRC_LEN);
         for (i, b) in wire.iter_mut().enumerate() {
             match i {
                 4 => *b |= bth4 & 0x3F,
-                8 => *b |= bth8 & 0x7F,
+                8 => *b |= bth8 & 0x3F,
                 16 if repr.deth.is_some() => *b = other,
                 _ if pad.contains(&i) => *b = other,
                 _ => {}

@@ -192,7 +192,8 @@ fn every_icrc_covers_the_real_ipv4_header() {
 
 /// What `build` makes of the headers and payload parsed from each packet
 /// is the packet itself: every field in the same place with the same
-/// encoding, the same pad, zero pad bytes, zero reserved bits. For rxe's
+/// encoding, the same pad, zero pad bytes, zero reserved bits (but for
+/// urdma's selective mark). For rxe's
 /// packets the ICRC is then computed over rxe's identification.
 #[test]
 fn this_crate_emits_every_captured_packet_byte_for_byte() {
@@ -290,9 +291,10 @@ fn fixed_fields_are_as_the_specification_says() {
         assert!(!bth.migreq && !bth.fecn && !bth.becn, "frame {f}");
         assert_eq!(usize::from(bth.pad_count), pad_len(p.payload.len()));
         // Reserved bits: byte 4 (besides FECN and BECN) and byte 8
-        // (besides AckReq).
+        // (besides AckReq and urdma's selective mark, 0x40, which urdma's
+        // RC requests carry).
         assert_eq!(c.datagram[4], 0, "frame {f}");
-        assert_eq!(c.datagram[8] & 0x7F, 0, "frame {f}");
+        assert_eq!(c.datagram[8] & 0x3F, 0, "frame {f}");
         if info.transport == Transport::Rc
             && matches!(info.kind, OpKind::Send | OpKind::Write)
             && info.position.ends_message()

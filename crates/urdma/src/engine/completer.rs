@@ -24,10 +24,15 @@ fn outstanding(qp: &QpCtx) -> bool {
     psn::diff(send_psn(qp), qp.req.una) > 0
 }
 
+/// Point the send pointer at PSN `to` (past the queue if no WQE holds it).
+fn seek(qp: &mut QpCtx, to: u32) {
+    (qp.req.send_pos, qp.req.send_pkt) = requester::locate(qp, to).unwrap_or((qp.req.sq.len(), 0));
+}
+
 /// Move the send pointer back to `to` (go-back-N).
 fn rewind(qp: &mut QpCtx, to: u32) {
     qp.req.rd_atomic.clear();
-    (qp.req.send_pos, qp.req.send_pkt) = requester::locate(qp, to).unwrap_or((qp.req.sq.len(), 0));
+    seek(qp, to);
 }
 
 /// Go back to `una` to recover from a loss that a NAK, a gap in READ
@@ -120,10 +125,10 @@ fn progressed(qp: &mut QpCtx, cx: &Ctx<'_>) {
     // no response to come).
     let una = qp.req.una;
     if psn::lt(send_psn(qp), una) {
-        (qp.req.send_pos, qp.req.send_pkt) =
-            requester::locate(qp, una).unwrap_or((qp.req.sq.len(), 0));
+        seek(qp, una);
     }
     qp.req.rtt.on_ack(una, cx.now);
+    qp.req.window.on_una(una);
     if qp.req.sack_high.is_some_and(|h| psn::le(h, qp.req.una)) {
         qp.req.sack_high = None;
     }
@@ -205,13 +210,12 @@ pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         OpKind::Ack => {
             if pkt.repr.bth.selective && cx.selective {
                 qp.req.peer_selective = true;
-                if outstanding(qp) && !qp.timers.is_running(TimerKind::Probe) {
-                    let at = qp.probe_deadline(cx.now);
-                    qp.timers.set(TimerKind::Probe, Some(at));
+                if outstanding(qp) {
+                    qp.arm_probe(cx.now);
                 }
             }
             let Some(aeth) = pkt.repr.aeth else { return };
-            let reach = pkt.repr.bth.selective.then_some(aeth.msn);
+            let reach = (pkt.repr.bth.selective && cx.selective).then_some(aeth.msn);
             on_aeth(qp, cx, p, aeth.syndrome, reach);
         }
         OpKind::ReadResponse => on_read_response(qp, cx, pkt),
@@ -261,7 +265,7 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, reac
             // going on from `p` would leave that one behind.
             let una = qp.req.una;
             rewind(qp, una);
-            // The responder forgot what it kept after the refused request.
+            // What the responder kept past the refused request may be gone.
             qp.req.sack_high = None;
             let wait = rnr_timer_micros(timer) * 1000;
             qp.timers.set(TimerKind::RnrBackoff, Some(cx.now + wait));

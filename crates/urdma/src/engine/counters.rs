@@ -65,11 +65,6 @@ counter_table! {
     HeaderErrors => "header_errors",
     /// Datagrams dropped for being larger than any packet (truncated on receipt).
     Oversized => "oversized",
-    /// Oldest unacknowledged packets resent after a probe timeout
-    /// (selective retransmission).
-    Probes => "loss_probes",
-    /// Out-of-sequence requests kept for later (selective retransmission).
-    HeldOutOfSequence => "held_out_of_sequence",
     /// Packets dropped for another reason (no such QP, wrong state, wrong source, out of sequence).
     Dropped => "dropped",
     /// Packets that could not be sent (socket error).
@@ -82,6 +77,11 @@ counter_table! {
     CnpSent => "cnp_sent",
     /// Congestion notification packets received.
     CnpReceived => "cnp_received",
+    /// Loss probes: probe timeouts on which the oldest unacknowledged and
+    /// the last packet sent were resent (selective retransmission).
+    Probes => "loss_probes",
+    /// Out-of-sequence requests kept for later (selective retransmission).
+    HeldOutOfSequence => "held_out_of_sequence",
 }
 
 /// Number of counters.

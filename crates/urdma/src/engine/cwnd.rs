@@ -1,7 +1,10 @@
 //! The send window's response to loss: how many PSNs an RC QP may have
 //! outstanding right now, at most [`super::requester::WINDOW`]. It starts
-//! at [`INITIAL_WINDOW`] and opens fast; a retransmission timeout closes it to [`MIN_WINDOW`] and a
-//! sequence NAK halves it, and acknowledged packets open it again, fast
+//! at [`INITIAL_WINDOW`] and opens fast; a retransmission timeout closes it
+//! to [`MIN_WINDOW`] and a sequence NAK halves it (with a selective peer,
+//! outside a congestion episode, a timeout only halves it and a repaired
+//! loss leaves it alone: see the completer), and acknowledged packets open
+//! it again, fast
 //! (one per packet) up to half the size it had at the last loss, then by
 //! one packet per window's worth, as TCP's Reno does. Many QPs that share
 //! one receiver thus back off instead of overflowing its socket with
@@ -83,6 +86,14 @@ impl SendWindow {
         }
         self.recover = Some(high);
         self.on_loss();
+    }
+
+    /// Everything before `una` is acknowledged: a recovery it passed is
+    /// over (so that an old PSN never compares as recent after a wrap).
+    pub fn on_una(&mut self, una: u32) {
+        if self.recover.is_some_and(|r| !psn::lt(una, r)) {
+            self.recover = None;
+        }
     }
 
     /// A retransmission timeout: nothing came back for a whole timeout.

@@ -83,7 +83,7 @@ pub(crate) struct Ctx<'a> {
     /// RC QPs offer and accept selective retransmission
     /// ([`Engine::set_selective`]).
     pub selective: bool,
-    /// Packets leave ECN-capable ([`Engine::set_ecn`]).
+    /// The device's packets leave ECN-capable ([`Engine::set_ecn`]).
     pub ecn: bool,
 }
 
@@ -218,11 +218,12 @@ impl Engine {
         self.selective = on;
     }
 
-    /// Say whether the device's packets leave ECN-capable (on by
-    /// default). With ECN, congestion is signalled by CE marks, which the
-    /// DCQCN rate controller answers, and a loss repaired selectively is
-    /// taken for corruption; without, such a loss halves the send window
-    /// once per window, as TCP's NewReno does.
+    /// Say whether the device's socket sends ECN-capable packets (on by
+    /// default; the fabric sets it from what its socket could do). With
+    /// ECN, congestion is signalled by CE marks, which the DCQCN rate
+    /// controller answers, and a loss repaired selectively is taken for
+    /// congestion only while the QP is paced after CNPs; without, every
+    /// loss halves the send window once per window, as TCP's NewReno does.
     pub fn set_ecn(&mut self, on: bool) {
         self.ecn = on;
     }

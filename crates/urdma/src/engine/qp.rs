@@ -2,7 +2,7 @@
 //! and the state changes that flush queues.
 
 use super::counters::Counters;
-use super::timer::Timers;
+use super::timer::{TimerKind, Timers};
 use super::wqe::{RecvWqe, SendWqe};
 use super::Ctx;
 use crate::cq::CqShared;
@@ -237,6 +237,15 @@ impl QpCtx {
         match self.attr.timeout {
             0 => None,
             t => Some(4096u64 << t.min(31)),
+        }
+    }
+
+    /// Start the loss probe timer, if the peer is selective and it does
+    /// not run yet.
+    pub fn arm_probe(&mut self, now: u64) {
+        if self.req.peer_selective && !self.timers.is_running(TimerKind::Probe) {
+            let at = self.probe_deadline(now);
+            self.timers.set(TimerKind::Probe, Some(at));
         }
     }
 

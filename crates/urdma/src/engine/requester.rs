@@ -115,9 +115,8 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
                 qp.ack_timeout_ns().map(|t| cx.now + t),
             );
         }
-        if rc && qp.req.peer_selective && !qp.timers.is_running(TimerKind::Probe) {
-            let at = qp.probe_deadline(cx.now);
-            qp.timers.set(TimerKind::Probe, Some(at));
+        if rc {
+            qp.arm_probe(cx.now);
         }
     }
     if qp.state() == QpState::Sqd && qp.req.send_pkt == 0 {
@@ -282,7 +281,8 @@ fn send_one(
 ) -> Result<(), tx::PayloadError> {
     let k = qp.req.send_pkt;
     let rc = qp.qp_type == QpType::Rc;
-    let window_full_next = psn::diff(cur, qp.req.una) + 1 >= qp.req.window.size() as i32;
+    let window_full_next =
+        psn::diff(cur, window_base(qp, cx.ecn)) + 1 >= qp.req.window.size() as i32;
     let wqe = &qp.req.sq[qp.req.send_pos];
     let seg = segment(wqe, k, qp.mtu());
     let mut bth = Bth::new(Opcode::RcSendOnly, qp.attr.dest_qp_num, cur);
@@ -312,8 +312,9 @@ pub(super) fn locate(qp: &QpCtx, p: u32) -> Option<(usize, u32)> {
     })
 }
 
-/// Resend the one SEND or WRITE packet at PSN `p`, which a selective NAK
-/// named, leaving the send pointer where it is. Returns false if `p` is
+/// Resend the one SEND or WRITE packet at PSN `p` (one a selective peer
+/// lacks: named by its NAK or ACK, or probed), leaving the send pointer
+/// where it is. Returns false if `p` is
 /// no such packet (a READ or atomic request, or nothing sent): the caller
 /// then goes back N.
 pub(super) fn resend_one(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {

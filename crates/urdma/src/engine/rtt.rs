@@ -7,7 +7,7 @@
 //! smoothed time and its variation follow RFC 6298.
 //!
 //! With a selective peer, a requester that hears nothing for a probe
-//! timeout resends its oldest unacknowledged packet: a lost resend or a
+//! timeout resends its oldest unacknowledged packet and its last one: a lost resend or a
 //! lost last packet (which no later packet reveals) is repaired in a few
 //! round trips, not after the ACK timeout (4.096 us x 2^timeout, often
 //! tens of milliseconds), which stays the limit of retries as IBTA says.

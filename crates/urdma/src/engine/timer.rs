@@ -15,7 +15,7 @@ pub(crate) enum TimerKind {
     /// may leave then.
     Pace,
     /// No progress for a probe timeout with a selective peer: resend the
-    /// oldest unacknowledged packet ([`super::rtt`]).
+    /// oldest unacknowledged packet and the last one ([`super::rtt`]).
     Probe,
 }
 

@@ -64,7 +64,7 @@ pub type GsiSink = Box<dyn Fn(Vec<GsiDatagram>) + Send + Sync>;
 /// Reports, for the published counters, what each process holds.
 pub type Holders = Box<dyn Fn() -> Vec<stats::ProcessStats> + Send + Sync>;
 
-fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+fn make_socket(addr: SocketAddr) -> std::io::Result<(UdpSocket, bool)> {
     use super::batch::set_int_option;
     use socket2::{Domain, Protocol, Socket, Type};
     use std::os::fd::AsRawFd;
@@ -101,18 +101,19 @@ fn make_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     if !super::batch::enable_gro(s.as_raw_fd()) {
         tracing::debug!("UDP GRO not available");
     }
-    if crate::config::ecn() && !super::batch::enable_ecn(s.as_raw_fd(), addr.is_ipv6()) {
+    let ecn = crate::config::ecn() && super::batch::enable_ecn(s.as_raw_fd(), addr.is_ipv6());
+    if crate::config::ecn() && !ecn {
         tracing::debug!("ECN marks not available");
     }
-    Ok(s.into())
+    Ok((s.into(), ecn))
 }
 
 impl UdpDriver {
     /// Bind the device socket at `local` and wrap `engine`.
     pub fn bind(name: &str, local: SocketAddr, mut engine: Engine) -> std::io::Result<Arc<Self>> {
         engine.set_selective(crate::config::selective());
-        engine.set_ecn(crate::config::ecn());
-        let socket = make_socket(local)?;
+        let (socket, ecn) = make_socket(local)?;
+        engine.set_ecn(ecn);
         let local = socket.local_addr()?;
         let driver = Arc::new_cyclic(|me| UdpDriver {
             name: name.to_string(),

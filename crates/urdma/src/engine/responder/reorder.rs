@@ -7,7 +7,10 @@
 //! instead of going back N, and every gap is repaired at once.
 //!
 //! - A packet held after a gap NAKs each PSN it shows missing: those
-//!   between the highest PSN received before it and itself.
+//!   between the highest PSN received before it and itself, at most
+//!   [`MAX_NAKS`]; a longer run of losses is found by the requester's
+//!   loss probe or by the ACKs that reach past the expected PSN, which
+//!   have it resent one after the other.
 //! - A copy of a held packet that asks for an ACK (the requester's loss
 //!   probe) NAKs again every PSN still missing: the resent packets may
 //!   have been lost too.
@@ -49,6 +52,9 @@ pub const MAX_AHEAD: i32 = crate::engine::requester::SELECTIVE_SPAN as i32;
 /// Most NAKs one packet causes (a longer run of losses is found by the
 /// requester's loss probe, or its ACK timeout).
 pub const MAX_NAKS: u32 = 16;
+/// What a held packet costs the budget besides its payload: its headers
+/// and its place in the table, so that packets without payload count too.
+const PACKET_COST: usize = 256;
 
 /// The bytes every QP of a device holds, shared by their [`Held`] sets.
 #[derive(Debug, Default)]
@@ -84,12 +90,14 @@ impl HeldBudget {
 struct HeldPacket {
     repr: PacketRepr,
     payload: Box<[u8]>,
+    /// What it is charged to the budget: its payload and [`PACKET_COST`].
+    cost: usize,
     budget: Arc<HeldBudget>,
 }
 
 impl Drop for HeldPacket {
     fn drop(&mut self) {
-        self.budget.give_back(self.payload.len());
+        self.budget.give_back(self.cost);
     }
 }
 
@@ -143,30 +151,34 @@ pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: Res
     } else {
         held.high
     };
-    if !again {
-        if held.by_psn.len() >= MAX_HELD || !cx.held_budget.take(pkt.payload.len()) {
-            return false;
-        }
-        held.by_psn.insert(
-            p,
-            HeldPacket {
-                repr: pkt.repr,
-                payload: pkt.payload.into(),
-                budget: cx.held_budget.clone(),
-            },
-        );
-        cx.count(&mut qp.counters, Counter::HeldOutOfSequence);
-    }
-    if psn::lt(from, p) {
-        held.high = psn::add(p, 1);
-        nak_missing(qp, cx, from, p);
+    if again {
         if bth.ack_req {
-            reply::ack(qp, cx, psn::prev(epsn));
+            // The requester's loss probe: tell it again all that is missing.
+            let high = held.high;
+            nak_missing(qp, cx, epsn, high);
         }
-    } else if again && bth.ack_req {
-        // The requester's loss probe: tell it again all that is missing.
-        let high = held.high;
-        nak_missing(qp, cx, epsn, high);
+        return true;
+    }
+    let cost = pkt.payload.len() + PACKET_COST;
+    if held.by_psn.len() >= MAX_HELD || !cx.held_budget.take(cost) {
+        return false;
+    }
+    held.by_psn.insert(
+        p,
+        HeldPacket {
+            repr: pkt.repr,
+            payload: pkt.payload.into(),
+            cost,
+            budget: cx.held_budget.clone(),
+        },
+    );
+    cx.count(&mut qp.counters, Counter::HeldOutOfSequence);
+    if !psn::lt(p, from) {
+        held.high = psn::add(p, 1);
+    }
+    nak_missing(qp, cx, from, p);
+    if bth.ack_req {
+        reply::ack(qp, cx, psn::prev(epsn));
     }
     true
 }
@@ -229,6 +241,7 @@ mod tests {
         HeldPacket {
             repr: PacketRepr::new(Bth::new(Opcode::RcSendOnly, 1, 2)),
             payload: vec![0; len].into(),
+            cost: len,
             budget: budget.clone(),
         }
     }
