@@ -78,14 +78,9 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             qp.timers.set(TimerKind::Pace, Some(at));
             break;
         }
-        let before = cx.tx.len();
-        if send_one(qp, cx, dst, cur, false).is_err() {
-            qp.complete_head(cx, WcStatus::LocProtErr, 0);
-            qp.enter_error(cx, Some(AsyncEventKind::QpFatal));
+        if !transmit(qp, cx, dst, cur, false) {
             return;
         }
-        let bytes: usize = cx.tx.iter().skip(before).map(|t| t.data.len()).sum();
-        qp.req.rate.sent(cx.now, bytes);
         if psn::diff(cur, qp.req.high_psn) < 0 {
             cx.count(&mut qp.counters, Counter::Retransmits);
         } else if rc {
@@ -329,17 +324,32 @@ pub(super) fn resend_one(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) -> bool {
     qp.req.resent_at.insert(p, cx.now);
     let at = (qp.req.send_pos, qp.req.send_pkt);
     (qp.req.send_pos, qp.req.send_pkt) = (pos, k);
-    let before = cx.tx.len();
-    let sent = send_one(qp, cx, dst, p, true);
+    let sent = transmit(qp, cx, dst, p, true);
     (qp.req.send_pos, qp.req.send_pkt) = at;
-    if sent.is_err() {
+    if sent {
+        cx.count(&mut qp.counters, Counter::Retransmits);
+    }
+    true
+}
+
+/// [`send_one`], with the bytes it sent charged to the QP's rate; a
+/// packet that cannot be built from its memory fails the head WQE and
+/// moves the QP to ERR (returns false).
+fn transmit(
+    qp: &mut QpCtx,
+    cx: &mut Ctx<'_>,
+    dst: std::net::SocketAddr,
+    cur: u32,
+    ask_ack: bool,
+) -> bool {
+    let before = cx.tx.len();
+    if send_one(qp, cx, dst, cur, ask_ack).is_err() {
         qp.complete_head(cx, WcStatus::LocProtErr, 0);
         qp.enter_error(cx, Some(AsyncEventKind::QpFatal));
-        return true;
+        return false;
     }
     let bytes: usize = cx.tx.iter().skip(before).map(|t| t.data.len()).sum();
     qp.req.rate.sent(cx.now, bytes);
-    cx.count(&mut qp.counters, Counter::Retransmits);
     true
 }
 

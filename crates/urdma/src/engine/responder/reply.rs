@@ -30,7 +30,7 @@ fn reply(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSr
 /// Send the ACK held back while a batch of packets was handled.
 pub fn flush_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     if let Some(p) = qp.resp.ack_due.take() {
-        emit_aeth(qp, cx, p, ACK);
+        emit_aeth(qp, cx, p, ACK, true);
     }
 }
 
@@ -44,7 +44,7 @@ pub(super) fn send_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckS
         return;
     }
     flush_ack(qp, cx);
-    emit_aeth(qp, cx, p, syndrome);
+    emit_aeth(qp, cx, p, syndrome, true);
 }
 
 /// The AETH of a response: `syndrome` and the current MSN.
@@ -55,13 +55,12 @@ fn aeth(qp: &QpCtx, syndrome: AckSyndrome) -> Option<Aeth> {
     })
 }
 
-/// The AETH of an ACK or NAK for `p`. For a requester that marks its
-/// requests selective the ACK or NAK is marked and carries, in the MSN's
-/// place, how far the requests received reach (see [`super::reorder`]):
-/// past a gap, the PSN after the highest one held, told in NAKs and in
-/// an ACK of the PSN just before the gap; else `p + 1`.
-fn marked_aeth(qp: &QpCtx, repr: &mut PacketRepr, p: u32, syndrome: AckSyndrome) {
-    repr.aeth = aeth(qp, syndrome);
+/// Mark the ACK or NAK `repr` for `p`, if the requester marks its
+/// requests selective: it then carries, in the MSN's place, how far the
+/// requests received reach (see [`super::reorder`]): past a gap, the PSN
+/// after the highest one held, told in NAKs and in an ACK of the PSN just
+/// before the gap; else `p + 1`.
+fn mark_aeth(qp: &QpCtx, repr: &mut PacketRepr, p: u32, syndrome: AckSyndrome) {
     if !qp.resp.peer_marks {
         return;
     }
@@ -76,10 +75,14 @@ fn marked_aeth(qp: &QpCtx, repr: &mut PacketRepr, p: u32, syndrome: AckSyndrome)
     }
 }
 
-/// Send an ACK or NAK for PSN `p` now.
-fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
+/// Send an ACK or NAK for PSN `p` now, marked for a selective requester
+/// if `mark` says so.
+fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, mark: bool) {
     let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, p));
-    marked_aeth(qp, &mut repr, p, syndrome);
+    repr.aeth = aeth(qp, syndrome);
+    if mark {
+        mark_aeth(qp, &mut repr, p, syndrome);
+    }
     transmit(qp, cx, &repr, PayloadSrc::Empty);
 }
 
@@ -89,14 +92,13 @@ fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome) {
 pub(super) fn sequence_nak(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, selective: bool) {
     cx.count(&mut qp.counters, Counter::SeqNaksSent);
     flush_ack(qp, cx);
-    let mut repr = PacketRepr::new(Bth::new(Opcode::RcAck, qp.attr.dest_qp_num, p));
-    let syndrome = AckSyndrome::Nak(NakCode::PsnSequenceError);
-    if selective {
-        marked_aeth(qp, &mut repr, p, syndrome);
-    } else {
-        repr.aeth = aeth(qp, syndrome);
-    }
-    transmit(qp, cx, &repr, PayloadSrc::Empty);
+    emit_aeth(
+        qp,
+        cx,
+        p,
+        AckSyndrome::Nak(NakCode::PsnSequenceError),
+        selective,
+    );
 }
 
 /// Acknowledge PSN `p`.
