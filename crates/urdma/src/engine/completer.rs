@@ -81,14 +81,17 @@ fn rewind_due(qp: &QpCtx, now: u64) -> bool {
 }
 
 /// Whether `p` may be resent on a selective peer's word: not if it was
-/// resent less than a round trip ago (that copy may still be on its way,
-/// or the news of it).
+/// resent less than half a round trip ago (that copy may still be on its
+/// way, or the news of it). The peer NAKs a resent packet again only once
+/// a later resend arrived, about a round trip after the first one: half
+/// of one leaves room for the round trips that come shorter than the
+/// average.
 fn resend_due(qp: &QpCtx, now: u64, p: u32) -> bool {
     let rtt = qp.req.rtt.srtt().unwrap_or(super::rtt::MIN_PROBE_NS).max(1);
     qp.req
         .resent_at
         .get(&p)
-        .is_none_or(|&t| now.saturating_sub(t) >= rtt)
+        .is_none_or(|&t| now.saturating_sub(t) >= rtt / 2)
 }
 
 /// Note forward progress: reset retry counters and the timer.

@@ -60,7 +60,7 @@ pub fn on_request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
             QpType::Rc | QpType::Uc => connected(qp, cx, pkt),
         });
     match outcome {
-        Ok(()) => reorder::release(qp, cx),
+        Ok(()) => reorder::release(qp, cx, pkt.repr.bth.psn),
         Err(refusal) => {
             if refusal.wqe.is_some() || !reorder::hold(qp, cx, pkt, refusal.kind) {
                 error::reject(qp, cx, pkt, refusal);

@@ -11,6 +11,10 @@
 //!   [`MAX_NAKS`]; a longer run of losses is found by the requester's
 //!   loss probe or by the ACKs that reach past the expected PSN, which
 //!   have it resent one after the other.
+//! - Resent packets arrive in the order they were NAKed. One that arrives
+//!   shows that the resends of PSNs NAKed before it, still missing, were
+//!   lost (or their NAKs were): those are NAKed again, at most
+//!   [`MAX_NAKS`], without waiting for the requester's loss probe.
 //! - A copy of a held packet that asks for an ACK (the requester's loss
 //!   probe) NAKs again every PSN still missing: the resent packets may
 //!   have been lost too.
@@ -50,8 +54,9 @@ pub const MAX_HELD: usize = crate::engine::requester::SELECTIVE_SPAN as usize;
 /// Farthest a kept packet may be ahead of the expected PSN.
 pub const MAX_AHEAD: i32 = crate::engine::requester::SELECTIVE_SPAN as i32;
 /// Most NAKs one packet causes (a longer run of losses is found by the
-/// requester's loss probe, or its ACK timeout).
-pub const MAX_NAKS: u32 = 16;
+/// requester's loss probe, or its ACK timeout): as many as one UDP GSO
+/// run holds, the packets a lossy link drops together.
+pub const MAX_NAKS: u32 = 64;
 /// What a held packet costs the budget besides its payload: its headers
 /// and its place in the table, so that packets without payload count too.
 const PACKET_COST: usize = 256;
@@ -107,6 +112,11 @@ pub struct Held {
     by_psn: HashMap<u32, HeldPacket>,
     /// The PSN after the highest one held (meaningful while any is).
     high: u32,
+    /// Missing PSNs that were NAKed, each with the serial of its last NAK
+    /// (only PSNs between the expected one and `high`).
+    naked: HashMap<u32, u64>,
+    /// Serial of the next NAK.
+    serial: u64,
 }
 
 impl Held {
@@ -125,6 +135,7 @@ impl Held {
     /// Forget everything held.
     pub fn clear(&mut self) {
         self.by_psn.clear();
+        self.naked.clear();
     }
 }
 
@@ -155,7 +166,7 @@ pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: Res
         if bth.ack_req {
             // The requester's loss probe: tell it again all that is missing.
             let high = held.high;
-            nak_missing(qp, cx, epsn, high);
+            nak_missing(qp, cx, epsn, high, u64::MAX);
         }
         return true;
     }
@@ -176,7 +187,11 @@ pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: Res
     if !psn::lt(p, from) {
         held.high = psn::add(p, 1);
     }
-    nak_missing(qp, cx, from, p);
+    let resent = held.naked.remove(&p);
+    nak_missing(qp, cx, from, p, u64::MAX);
+    if let Some(serial) = resent {
+        renak_older(qp, cx, serial);
+    }
     if bth.ack_req {
         reply::ack(qp, cx, psn::prev(epsn));
     }
@@ -184,12 +199,17 @@ pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: Res
 }
 
 /// Send a marked sequence NAK for each PSN from `from` up to (not
-/// including) `to` that is not held, at most [`MAX_NAKS`] of them.
-fn nak_missing(qp: &mut QpCtx, cx: &mut Ctx<'_>, from: u32, to: u32) {
+/// including) `to` that is not held and was last NAKed before the NAK of
+/// serial `before` (or never), at most [`MAX_NAKS`] of them.
+fn nak_missing(qp: &mut QpCtx, cx: &mut Ctx<'_>, from: u32, to: u32, before: u64) {
     let mut q = from;
     let mut sent = 0;
     while psn::lt(q, to) && sent < MAX_NAKS {
-        if !qp.resp.held.by_psn.contains_key(&q) {
+        let held = &mut qp.resp.held;
+        let due = !held.by_psn.contains_key(&q) && held.naked.get(&q).is_none_or(|&s| s < before);
+        if due {
+            held.naked.insert(q, held.serial);
+            held.serial += 1;
             reply::sequence_nak(qp, cx, q, true);
             sent += 1;
         }
@@ -197,13 +217,25 @@ fn nak_missing(qp: &mut QpCtx, cx: &mut Ctx<'_>, from: u32, to: u32) {
     }
 }
 
-/// After a request was executed in order: execute the held ones that are
-/// now in order and acknowledge them (the gaps after them were NAKed when
-/// they were found).
-pub(super) fn release(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
+/// A resent packet NAKed with serial `serial` arrived: NAK again the
+/// PSNs still missing that were NAKed before it.
+fn renak_older(qp: &mut QpCtx, cx: &mut Ctx<'_>, serial: u64) {
+    let held = &qp.resp.held;
+    if held.by_psn.is_empty() {
+        return;
+    }
+    let (epsn, high) = (qp.resp.epsn, held.high);
+    nak_missing(qp, cx, epsn, high, serial);
+}
+
+/// After request `p` was executed in order: execute the held ones that
+/// are now in order and acknowledge them (the gaps after them were NAKed
+/// when they were found), and NAK again what was NAKed before `p`.
+pub(super) fn release(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) {
     if qp.resp.held.is_empty() {
         return;
     }
+    let resent = qp.resp.held.naked.remove(&p);
     // Whether the last request executed here asked for no ACK.
     let mut unacknowledged = false;
     while let Some(h) = qp.resp.held.by_psn.remove(&qp.resp.epsn) {
@@ -225,9 +257,14 @@ pub(super) fn release(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     }
     let epsn = qp.resp.epsn;
     // Requests the expected PSN went past (a READ's span) never come due.
-    qp.resp.held.by_psn.retain(|&p, _| psn::lt(epsn, p));
+    let held = &mut qp.resp.held;
+    held.by_psn.retain(|&p, _| psn::lt(epsn, p));
+    held.naked.retain(|&p, _| !psn::lt(p, epsn));
     if unacknowledged {
         reply::ack(qp, cx, psn::prev(epsn));
+    }
+    if let Some(serial) = resent {
+        renak_older(qp, cx, serial);
     }
 }
 

@@ -177,6 +177,60 @@ fn a_lost_resend_is_repaired_after_a_probe() {
     assert_eq!(p.n[A].count(Counter::Timeouts), 0);
 }
 
+/// Rule: resent packets arrive in the order they were NAKed, so one that
+/// arrives shows the resends NAKed before it lost: the responder NAKs
+/// those again at once (not those NAKed after it), and the requester
+/// resends them without waiting for its loss probe.
+#[test]
+fn a_lost_resend_is_nakked_again_when_a_later_resend_arrives() {
+    let mut p = Pair::new(0x40, &opts(), 0x50, &opts());
+    let data = post_write(&mut p, 7000);
+    assert_eq!(p.n[A].peek().len(), 7);
+    for i in [5, 3, 1] {
+        p.drop_pkt(A, i);
+    }
+    p.deliver_all(A);
+    let naks: Vec<_> = p.n[B].peek().iter().map(aeth_of).collect();
+    assert_eq!(
+        naks[..3],
+        [
+            (0x41, Some(NAK_SEQ), true),
+            (0x43, Some(NAK_SEQ), true),
+            (0x45, Some(NAK_SEQ), true)
+        ]
+    );
+    p.deliver_all(B);
+    assert_eq!(
+        psn_ops(&p.n[A].peek()),
+        [
+            (0x41, Opcode::RcWriteMiddle),
+            (0x43, Opcode::RcWriteMiddle),
+            (0x45, Opcode::RcWriteMiddle)
+        ]
+    );
+    // The resend of 0x41 is lost; the one of 0x43 arrives.
+    p.drop_pkt(A, 0);
+    p.deliver(A, 0);
+    let again: Vec<_> = p.n[B].peek().iter().map(aeth_of).collect();
+    assert!(again.contains(&(0x41, Some(NAK_SEQ), true)), "{again:?}");
+    assert!(!again.iter().any(|a| a.0 == 0x45 && a.1 == Some(NAK_SEQ)));
+    assert_eq!(p.n[B].count(Counter::SeqNaksSent), 4);
+    p.deliver_all(A);
+    // Half a round trip later (no estimate yet: the shortest probe time).
+    p.advance_to(p.now + crate::engine::rtt::MIN_PROBE_NS / 2);
+    p.deliver_all(B);
+    assert_eq!(psn_ops(&p.n[A].peek()), [(0x41, Opcode::RcWriteMiddle)]);
+    p.settle();
+    assert_eq!(
+        wc_summary(&p.n[A].send_wcs()),
+        [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    assert_eq!(p.n[B].read(0, 7000), data);
+    assert_eq!(p.n[A].count(Counter::Probes), 0);
+    assert_eq!(p.n[A].count(Counter::Timeouts), 0);
+    assert_eq!(p.n[A].count(Counter::Retransmits), 4);
+}
+
 /// Rule: a lost last packet, which no later packet reveals, is resent by
 /// the probe once the peer is known to be selective (its ACKs carry the
 /// mark); with a go-back-N peer only the ACK timeout runs.
