@@ -42,6 +42,8 @@ pub struct ReqState {
     pub tail_psn: u32,
     /// Index in `sq` of the WQE being transmitted.
     pub send_pos: usize,
+    /// Payload of the message being sent, read ahead of its packets.
+    pub stage: super::requester::Stage,
     /// PSNs of `sq[send_pos]` already transmitted.
     pub send_pkt: u32,
     /// Oldest unacknowledged PSN.

@@ -18,6 +18,55 @@ pub const SELECTIVE_SPAN: u32 = 4 * WINDOW;
 pub const ACK_EVERY: u32 = 32;
 /// Largest READ request, in response packets; longer READs are split.
 pub const READ_CHUNK: u32 = 64;
+/// Bytes of a message's payload read from registered memory at once for
+/// the packets that follow: one access (a system call when the memory is
+/// another process's) for a run of packets instead of one per packet.
+pub const STAGE_BYTES: usize = 64 * 1024;
+
+/// Payload of the message being sent, read ahead of its packets. Verbs
+/// forbid changing a posted buffer before its WR completes, so the bytes
+/// stay good for resends of the same WQE; the stage is emptied when the
+/// message's last packet leaves, and with the QP's requester state.
+#[derive(Debug, Default)]
+pub struct Stage {
+    /// The WQE (first PSN, WR id) the bytes belong to, if any.
+    owner: Option<(u32, u64)>,
+    /// Message offset of `data[0]`.
+    offset: usize,
+    data: Vec<u8>,
+}
+
+impl Stage {
+    /// The `len` payload bytes at message offset `off` of `wqe`, read
+    /// from `sges` (with what follows, up to [`STAGE_BYTES`]) unless
+    /// already here.
+    fn bytes(
+        &mut self,
+        wqe: &SendWqe,
+        sges: &[crate::mr::LocalSge],
+        off: usize,
+        len: usize,
+    ) -> Result<&[u8], tx::PayloadError> {
+        let owner = Some((wqe.first_psn, wqe.wr_id));
+        let here =
+            self.owner == owner && off >= self.offset && off + len <= self.offset + self.data.len();
+        if !here {
+            self.owner = None;
+            self.data.clear();
+            let n = wqe.len.saturating_sub(off).min(STAGE_BYTES).max(len);
+            crate::mr::gather(sges, off, n, &mut self.data).map_err(|_| tx::PayloadError)?;
+            self.owner = owner;
+            self.offset = off;
+        }
+        let from = off - self.offset;
+        Ok(&self.data[from..from + len])
+    }
+
+    /// Forget the bytes and give their memory back.
+    fn clear(&mut self) {
+        *self = Stage::default();
+    }
+}
 
 /// Transmit what the window allows. Called after every input.
 pub fn pump(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
@@ -290,8 +339,18 @@ fn send_one(
     bth.selective = rc && cx.selective;
     let repr =
         request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;
-    let src = payload_of(wqe, seg, repr.bth.opcode.info().has_payload);
+    let has_payload = repr.bth.opcode.info().has_payload;
+    let src = match &wqe.payload {
+        // A message of several packets is read a run of packets at once.
+        Payload::Sges(s) if has_payload && seg.len < wqe.len => {
+            PayloadSrc::Bytes(qp.req.stage.bytes(wqe, s, seg.offset, seg.len)?)
+        }
+        _ => payload_of(wqe, seg, has_payload),
+    };
     tx::send(cx, &mut qp.counters, dst, &repr, src)?;
+    if seg.position.ends_message() {
+        qp.req.stage.clear();
+    }
     if wqe.op.is_read_or_atomic() {
         qp.req.rd_atomic.push_back(psn::add(cur, seg.psns - 1));
     }
