@@ -3,6 +3,7 @@
 
 use super::check::Range;
 use crate::engine::qp::QpCtx;
+use crate::engine::requester::STAGE_BYTES;
 use crate::engine::tx::{self, PayloadSrc};
 use crate::engine::{psn, Counter, Ctx};
 use urdma_wire::{AckSyndrome, Aeth, AtomicAckEth, Bth, NakCode, Opcode, Packet, PacketRepr};
@@ -129,6 +130,9 @@ pub(super) fn read_responses(
 ) {
     let mtu = qp.mtu();
     let n = read_span(qp, len) as usize;
+    // The region's bytes, read up to STAGE_BYTES at once from `stage_at`.
+    let mut stage = Vec::new();
+    let mut stage_at = 0;
     for i in 0..n {
         let opcode = match (i, n) {
             (_, 1) => Opcode::RcReadResponseOnly,
@@ -144,7 +148,22 @@ pub(super) fn read_responses(
         let start = i * mtu;
         let plen = mtu.min(len - start.min(len));
         let src = match range {
-            Some((mr, off)) if plen > 0 => PayloadSrc::Region(mr, off + start, plen),
+            Some((mr, off)) if plen > 0 => {
+                let staged = |at: usize, s: &Vec<u8>| start >= at && start + plen <= at + s.len();
+                if !staged(stage_at, &stage) {
+                    stage.clear();
+                    let n = (len - start).min(STAGE_BYTES).max(plen);
+                    if mr.mem.read_into(off + start, n, &mut stage).is_ok() {
+                        stage_at = start;
+                    }
+                }
+                if staged(stage_at, &stage) {
+                    PayloadSrc::Bytes(&stage[start - stage_at..][..plen])
+                } else {
+                    // Read packet by packet, which reports the error.
+                    PayloadSrc::Region(mr, off + start, plen)
+                }
+            }
             _ => PayloadSrc::Empty,
         };
         reply(qp, cx, &repr, src);
