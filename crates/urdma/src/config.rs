@@ -81,13 +81,55 @@ fn check_unique(devs: &[DeviceConfig]) -> Result<()> {
 /// default, also when unset) or `0`; anything else is warned about and
 /// leaves it on.
 fn switch(var: &str) -> bool {
+    switch_or(var, true)
+}
+
+/// An on/off switch from the environment variable `var`: `1` or `0`,
+/// `default` when unset; anything else is warned about and gives
+/// `default`.
+fn switch_or(var: &str, default: bool) -> bool {
     match std::env::var(var).as_deref() {
         Ok("0") => false,
-        Ok("1") | Err(_) => true,
+        Ok("1") => true,
+        Err(_) => default,
         Ok(other) => {
-            tracing::warn!(value = other, "{var} is 0 or 1; it stays on");
-            true
+            tracing::warn!(value = other, default, "{var} is 0 or 1");
+            default
         }
+    }
+}
+
+/// Whether the NIC reads a message's payload from another process's
+/// memory up to 64 KiB at a time rather than packet by packet
+/// (`URDMA_STAGE`: `1` or `0`). Each access to `/proc/PID/mem` makes the
+/// kernel allocate a page, which kernels built to fill every page they
+/// allocate (`init_on_alloc`, Debian's and Ubuntu's default) zero first:
+/// there, one access per 64 KiB costs less than the copy it adds. By
+/// default it is on where the kernel does that.
+pub fn stage_reads() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let build = std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok();
+        switch_or(
+            "URDMA_STAGE",
+            zeroes_allocated_pages(&cmdline, build.as_deref()),
+        )
+    })
+}
+
+/// Whether a kernel with command line `cmdline` and build configuration
+/// `build` (if known) fills the pages it allocates: `init_on_alloc=` on
+/// the command line, else `CONFIG_INIT_ON_ALLOC_DEFAULT_ON`.
+fn zeroes_allocated_pages(cmdline: &str, build: Option<&str>) -> bool {
+    let given = cmdline
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("init_on_alloc="))
+        .last();
+    match given {
+        Some(v) => matches!(v, "1" | "on" | "y" | "Y"),
+        None => build.is_some_and(|b| b.lines().any(|l| l == "CONFIG_INIT_ON_ALLOC_DEFAULT_ON=y")),
     }
 }
 
@@ -201,6 +243,13 @@ mod tests {
     #[test]
     fn busy_poll_window_parses() {
         assert_eq!(parse_busy_poll("0").unwrap(), std::time::Duration::ZERO);
+        let on = Some("CONFIG_X=y\nCONFIG_INIT_ON_ALLOC_DEFAULT_ON=y\n");
+        let off = Some("# CONFIG_INIT_ON_ALLOC_DEFAULT_ON is not set\n");
+        assert!(zeroes_allocated_pages("quiet", on));
+        assert!(!zeroes_allocated_pages("quiet", off));
+        assert!(!zeroes_allocated_pages("quiet", None));
+        assert!(!zeroes_allocated_pages("init_on_alloc=0 quiet", on));
+        assert!(zeroes_allocated_pages("ro init_on_alloc=1", None));
         assert_eq!(
             parse_busy_poll(" 50 ").unwrap(),
             std::time::Duration::from_micros(50)

@@ -271,6 +271,14 @@ impl MemRegion {
         }
     }
 
+    /// Whether reading many bytes at once is worth a copy more: memory
+    /// of another process, where each access is a system call that makes
+    /// the kernel allocate (and, built so, zero) a page
+    /// ([`crate::config::stage_reads`]).
+    pub fn prefers_large_reads(&self) -> bool {
+        self.process.is_some() && crate::config::stage_reads()
+    }
+
     /// Copy `dst.len()` bytes starting at `offset` out of the region.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
         let _guard = self.lock.read().unwrap_or_else(|e| e.into_inner());

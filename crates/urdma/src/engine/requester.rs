@@ -23,7 +23,8 @@ pub const READ_CHUNK: u32 = 64;
 /// another process's) for a run of packets instead of one per packet.
 pub const STAGE_BYTES: usize = 64 * 1024;
 
-/// Payload of the message being sent, read ahead of its packets. Verbs
+/// Payload of the message being sent, read ahead of its packets when its
+/// memory prefers large reads ([`crate::mem::MemRegion::prefers_large_reads`]). Verbs
 /// forbid changing a posted buffer before its WR completes, so the bytes
 /// stay good for resends of the same WQE; the stage is emptied when the
 /// message's last packet leaves, and with the QP's requester state.
@@ -342,7 +343,11 @@ fn send_one(
     let has_payload = repr.bth.opcode.info().has_payload;
     let src = match &wqe.payload {
         // A message of several packets is read a run of packets at once.
-        Payload::Sges(s) if has_payload && seg.len < wqe.len => {
+        Payload::Sges(s)
+            if has_payload
+                && seg.len < wqe.len
+                && s.first().is_some_and(|g| g.mr.mem.prefers_large_reads()) =>
+        {
             PayloadSrc::Bytes(qp.req.stage.bytes(wqe, s, seg.offset, seg.len)?)
         }
         _ => payload_of(wqe, seg, has_payload),

@@ -148,7 +148,7 @@ pub(super) fn read_responses(
         let start = i * mtu;
         let plen = mtu.min(len - start.min(len));
         let src = match range {
-            Some((mr, off)) if plen > 0 => {
+            Some((mr, off)) if plen > 0 && n > 1 && mr.mem.prefers_large_reads() => {
                 let staged = |at: usize, s: &Vec<u8>| start >= at && start + plen <= at + s.len();
                 if !staged(stage_at, &stage) {
                     stage.clear();
@@ -164,6 +164,7 @@ pub(super) fn read_responses(
                     PayloadSrc::Region(mr, off + start, plen)
                 }
             }
+            Some((mr, off)) if plen > 0 => PayloadSrc::Region(mr, off + start, plen),
             _ => PayloadSrc::Empty,
         };
         reply(qp, cx, &repr, src);
