@@ -126,7 +126,7 @@ fn zeroes_allocated_pages(cmdline: &str, build: Option<&str>) -> bool {
     let given = cmdline
         .split_whitespace()
         .filter_map(|w| w.strip_prefix("init_on_alloc="))
-        .last();
+        .next_back();
     match given {
         Some(v) => matches!(v, "1" | "on" | "y" | "Y"),
         None => build.is_some_and(|b| b.lines().any(|l| l == "CONFIG_INIT_ON_ALLOC_DEFAULT_ON=y")),
