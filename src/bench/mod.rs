@@ -161,8 +161,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     };
     match a.peer.host {
         Some(host) => {
-            let ctrl = a.peer.dial(host)?;
-            let data = a.peer.dial(host)?;
+            let (ctrl, data) = proto::name_connections(a.peer.dial(host)?, a.peer.dial(host)?)?;
             client::run(ctrl, data, &p, &plan)
         }
         None => run_local(a, &p, &plan),
@@ -183,8 +182,7 @@ fn run_local(a: &BenchArgs, p: &Params, plan: &client::Plan) -> Result<()> {
         &["--mtu", &mtu, "--depth", &depth],
         ServerExit::KillOnError,
         |server| {
-            let ctrl = server.dial()?;
-            let data = server.dial()?;
+            let (ctrl, data) = proto::name_connections(server.dial()?, server.dial()?)?;
             client::run(ctrl, data, p, plan)
         },
     )

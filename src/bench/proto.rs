@@ -8,6 +8,37 @@ use std::net::TcpStream;
 use urdma::api::RemoteBuf;
 use urdma::Endpoint;
 
+/// First byte a client writes on its control connection.
+const CTRL_TAG: u8 = b'C';
+/// First byte a client writes on its data (TCP comparison) connection.
+const DATA_TAG: u8 = b'D';
+
+/// Client side: the control and the data connection, each named by its
+/// first byte. The server may accept them in either order: a lost
+/// handshake ACK lets the second connection complete first.
+pub fn name_connections(ctrl: TcpStream, data: TcpStream) -> Result<(TcpStream, TcpStream)> {
+    (&ctrl).write_all(&[CTRL_TAG])?;
+    (&data).write_all(&[DATA_TAG])?;
+    Ok((ctrl, data))
+}
+
+/// Server side: which of two accepted connections is the control one and
+/// which the data one, by the byte the client wrote first on each.
+pub fn sort_connections(a: TcpStream, b: TcpStream) -> Result<(TcpStream, TcpStream)> {
+    use std::io::Read;
+    let mut tags = [[0u8]; 2];
+    for (s, t) in [&a, &b].into_iter().zip(tags.iter_mut()) {
+        let mut r: &TcpStream = s;
+        r.read_exact(t)
+            .context("reading a connection's first byte")?;
+    }
+    match [tags[0][0], tags[1][0]] {
+        [CTRL_TAG, DATA_TAG] => Ok((a, b)),
+        [DATA_TAG, CTRL_TAG] => Ok((b, a)),
+        t => bail!("not a urdma bench client (connections tagged {t:?})"),
+    }
+}
+
 /// A measurement the client asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TestKind {

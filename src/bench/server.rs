@@ -10,8 +10,9 @@ use urdma::{RecvWr, SendWr};
 /// Serve benchmark clients on `listener` (one at a time; `once` stops after the first).
 pub fn serve(listener: TcpListener, p: &Params, once: bool) -> Result<()> {
     loop {
-        let (ctrl, peer) = listener.accept()?;
-        let (data, _) = listener.accept()?;
+        let (a, peer) = listener.accept()?;
+        let (b, _) = listener.accept()?;
+        let (ctrl, data) = super::proto::sort_connections(a, b)?;
         eprintln!("urdma bench: client {peer}");
         let r = serve_one(ctrl, data, p);
         if let Err(e) = &r {
