@@ -213,8 +213,13 @@ pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         OpKind::Ack => {
             if pkt.repr.bth.selective && cx.selective {
                 qp.req.peer_selective = true;
+                // The peer answers: a probe is for when it falls silent
+                // (a lost last packet or resend), one probe timeout after
+                // its last word. While its ACKs and NAKs come, they
+                // repair what they report.
                 if outstanding(qp) {
-                    qp.arm_probe(cx.now);
+                    let at = qp.probe_deadline(cx.now);
+                    qp.timers.set(TimerKind::Probe, Some(at));
                 }
             }
             let Some(aeth) = pkt.repr.aeth else { return };
