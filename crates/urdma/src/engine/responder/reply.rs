@@ -152,8 +152,8 @@ pub(super) fn read_responses(
                 let staged = |at: usize, s: &Vec<u8>| start >= at && start + plen <= at + s.len();
                 if !staged(stage_at, &stage) {
                     stage.clear();
-                    let n = (len - start).min(STAGE_BYTES).max(plen);
-                    if mr.mem.read_into(off + start, n, &mut stage).is_ok() {
+                    let ahead = (len - start).min(STAGE_BYTES).max(plen);
+                    if mr.mem.read_into(off + start, ahead, &mut stage).is_ok() {
                         stage_at = start;
                     }
                 }
