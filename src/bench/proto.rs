@@ -22,15 +22,21 @@ pub fn name_connections(ctrl: TcpStream, data: TcpStream) -> Result<(TcpStream, 
     Ok((ctrl, data))
 }
 
+/// How long the server waits for a connection's first byte.
+const TAG_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Server side: which of two accepted connections is the control one and
-/// which the data one, by the byte the client wrote first on each.
+/// which the data one, by the byte the client wrote first on each (within
+/// [`TAG_PATIENCE`]).
 pub fn sort_connections(a: TcpStream, b: TcpStream) -> Result<(TcpStream, TcpStream)> {
     use std::io::Read;
     let mut tags = [[0u8]; 2];
     for (s, t) in [&a, &b].into_iter().zip(tags.iter_mut()) {
+        s.set_read_timeout(Some(TAG_PATIENCE))?;
         let mut r: &TcpStream = s;
         r.read_exact(t)
             .context("reading a connection's first byte")?;
+        s.set_read_timeout(None)?;
     }
     match [tags[0][0], tags[1][0]] {
         [CTRL_TAG, DATA_TAG] => Ok((a, b)),

@@ -12,9 +12,9 @@ pub fn serve(listener: TcpListener, p: &Params, once: bool) -> Result<()> {
     loop {
         let (a, peer) = listener.accept()?;
         let (b, _) = listener.accept()?;
-        let (ctrl, data) = super::proto::sort_connections(a, b)?;
         eprintln!("urdma bench: client {peer}");
-        let r = serve_one(ctrl, data, p);
+        let r =
+            super::proto::sort_connections(a, b).and_then(|(ctrl, data)| serve_one(ctrl, data, p));
         if let Err(e) = &r {
             eprintln!("urdma bench: session with {peer} failed: {e:#}");
         }

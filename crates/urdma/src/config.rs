@@ -128,7 +128,11 @@ fn zeroes_allocated_pages(cmdline: &str, build: Option<&str>) -> bool {
         .filter_map(|w| w.strip_prefix("init_on_alloc="))
         .next_back();
     match given {
-        Some(v) => matches!(v, "1" | "on" | "y" | "Y"),
+        // The kernel's own reading of a boolean (kstrtobool).
+        Some(v) => {
+            matches!(v.as_bytes().first(), Some(b'1' | b'y' | b'Y' | b't' | b'T'))
+                || v.eq_ignore_ascii_case("on")
+        }
         None => build.is_some_and(|b| b.lines().any(|l| l == "CONFIG_INIT_ON_ALLOC_DEFAULT_ON=y")),
     }
 }

@@ -80,18 +80,28 @@ fn rewind_due(qp: &QpCtx, now: u64) -> bool {
     true
 }
 
-/// Whether `p` may be resent on a selective peer's word: not if it was
-/// resent less than half a round trip ago (that copy may still be on its
-/// way, or the news of it). The peer NAKs a resent packet again only once
-/// a later resend arrived, about a round trip after the first one: half
-/// of one leaves room for the round trips that come shorter than the
-/// average.
-fn resend_due(qp: &QpCtx, now: u64, p: u32) -> bool {
+/// What names a packet missing at a selective peer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Word {
+    /// A marked NAK: the peer NAKs a resent packet again only once a
+    /// later resend arrived, about a round trip after the first one.
+    Nak,
+    /// A marked ACK that reaches past the packet: ACKs sent before the
+    /// resend arrived still say so up to a round trip after it.
+    Ack,
+}
+
+/// Whether `p` may be resent on a selective peer's `word`: not if it was
+/// resent less than a round trip ago for an ACK, half of one for a NAK
+/// (room for the round trips that come shorter than the average), since
+/// that copy may still be on its way, or the news of it.
+fn resend_due(qp: &QpCtx, now: u64, p: u32, word: Word) -> bool {
     let rtt = qp.req.rtt.srtt().unwrap_or(super::rtt::MIN_PROBE_NS).max(1);
+    let wait = if word == Word::Nak { rtt / 2 } else { rtt };
     qp.req
         .resent_at
         .get(&p)
-        .is_none_or(|&t| now.saturating_sub(t) >= rtt / 2)
+        .is_none_or(|&t| now.saturating_sub(t) >= wait)
 }
 
 /// Note forward progress: reset retry counters and the timer.
@@ -218,8 +228,7 @@ pub fn on_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
                 // its last word. While its ACKs and NAKs come, they
                 // repair what they report.
                 if outstanding(qp) {
-                    let at = qp.probe_deadline(cx.now);
-                    qp.timers.set(TimerKind::Probe, Some(at));
+                    qp.rearm_probe(cx.now);
                 }
             }
             let Some(aeth) = pkt.repr.aeth else { return };
@@ -251,7 +260,7 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, reac
             let una = qp.req.una;
             let next = psn::add(p, 1);
             let missing = una == next && reach.is_some_and(|r| psn::lt(psn::add(next, 1), r));
-            if missing && resend_due(qp, cx.now, una) {
+            if missing && resend_due(qp, cx.now, una, Word::Ack) {
                 requester::resend_one(qp, cx, una);
             }
         }
@@ -290,7 +299,7 @@ fn on_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, reac
                 // A READ or atomic request is resent by going back. The
                 // retransmission timer, which only progress restarts,
                 // bounds how long such NAKs can go on.
-                if !resend_due(qp, cx.now, p) {
+                if !resend_due(qp, cx.now, p, Word::Nak) {
                     return;
                 }
                 if !requester::resend_one(qp, cx, p) && rewind_due(qp, cx.now) {
@@ -425,7 +434,8 @@ fn on_atomic_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     progressed(qp, cx);
 }
 
-/// The probe timer expired with no progress: resend the oldest
+/// The probe timer expired with no ACK or NAK from the peer for a probe
+/// timeout (and no progress): resend the oldest
 /// unacknowledged packet and the last one sent to a selective peer, asking
 /// for ACKs, and wait twice as long for the next probe. The first fills
 /// the gap that holds the QP back (a lost resend) or is answered with an

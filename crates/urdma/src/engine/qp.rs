@@ -245,7 +245,15 @@ impl QpCtx {
     /// Start the loss probe timer, if the peer is selective and it does
     /// not run yet.
     pub fn arm_probe(&mut self, now: u64) {
-        if self.req.peer_selective && !self.timers.is_running(TimerKind::Probe) {
+        if !self.timers.is_running(TimerKind::Probe) {
+            self.rearm_probe(now);
+        }
+    }
+
+    /// Set the loss probe timer a probe timeout from `now`, if the peer
+    /// takes part in selective retransmission.
+    pub fn rearm_probe(&mut self, now: u64) {
+        if self.req.peer_selective {
             let at = self.probe_deadline(now);
             self.timers.set(TimerKind::Probe, Some(at));
         }

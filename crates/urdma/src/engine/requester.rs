@@ -24,48 +24,62 @@ pub const READ_CHUNK: u32 = 64;
 pub const STAGE_BYTES: usize = 64 * 1024;
 
 /// Payload of the message being sent, read ahead of its packets when its
-/// memory prefers large reads ([`crate::mem::MemRegion::prefers_large_reads`]). Verbs
-/// forbid changing a posted buffer before its WR completes, so the bytes
-/// stay good for resends of the same WQE; the stage is emptied when the
-/// message's last packet leaves, and with the QP's requester state.
+/// memory prefers large reads ([`crate::mem::MemRegion::prefers_large_reads`]).
+/// Verbs forbid changing a posted buffer before its WR completes, so the
+/// bytes stay good for resends of the same WQE. Only the send pointer's
+/// packets fill it (a single resend reads its own bytes unless they are
+/// here), and it is emptied when its message's last packet leaves, and
+/// with the QP's requester state.
 #[derive(Debug, Default)]
 pub struct Stage {
     /// The WQE (first PSN, WR id) the bytes belong to, if any.
     owner: Option<(u32, u64)>,
-    /// Message offset of `data[0]`.
-    offset: usize,
-    data: Vec<u8>,
+    bytes: tx::ReadAhead,
 }
 
 impl Stage {
-    /// The `len` payload bytes at message offset `off` of `wqe`, read
-    /// from `sges` (with what follows, up to [`STAGE_BYTES`]) unless
-    /// already here.
+    /// The `len` payload bytes at message offset `off` of `wqe`: from
+    /// here, or read from `sges` (with what follows, up to
+    /// [`STAGE_BYTES`]) if `fill`, else None.
     fn bytes(
         &mut self,
         wqe: &SendWqe,
         sges: &[crate::mr::LocalSge],
-        off: usize,
-        len: usize,
-    ) -> Result<&[u8], tx::PayloadError> {
+        (off, len): (usize, usize),
+        fill: bool,
+    ) -> Result<Option<&[u8]>, tx::PayloadError> {
         let owner = Some((wqe.first_psn, wqe.wr_id));
-        let here =
-            self.owner == owner && off >= self.offset && off + len <= self.offset + self.data.len();
-        if !here {
-            self.owner = None;
-            self.data.clear();
-            let n = wqe.len.saturating_sub(off).min(STAGE_BYTES).max(len);
-            crate::mr::gather(sges, off, n, &mut self.data).map_err(|_| tx::PayloadError)?;
-            self.owner = owner;
-            self.offset = off;
+        if self.owner != owner {
+            if !fill {
+                return Ok(None);
+            }
+            *self = Stage::default();
         }
-        let from = off - self.offset;
-        Ok(&self.data[from..from + len])
+        let ahead = wqe.len.saturating_sub(off).min(STAGE_BYTES).max(len);
+        let read = |at: usize, out: &mut Vec<u8>| crate::mr::gather(sges, at, ahead, out);
+        let got = match fill {
+            true => self.bytes.get_or_read(off, len, read),
+            false => Ok(self.bytes.get(off, len)),
+        };
+        match got {
+            Ok(Some(b)) => {
+                self.owner = owner;
+                Ok(Some(b))
+            }
+            Ok(None) => Ok(None),
+            Err(_) => {
+                self.owner = None;
+                Err(tx::PayloadError)
+            }
+        }
     }
 
-    /// Forget the bytes and give their memory back.
-    fn clear(&mut self) {
-        *self = Stage::default();
+    /// Forget the bytes of `wqe`, if these are its, and give their memory
+    /// back.
+    fn release(&mut self, wqe: &SendWqe) {
+        if self.owner == Some((wqe.first_psn, wqe.wr_id)) {
+            *self = Stage::default();
+        }
     }
 }
 
@@ -341,20 +355,24 @@ fn send_one(
     let repr =
         request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;
     let has_payload = repr.bth.opcode.info().has_payload;
-    let src = match &wqe.payload {
-        // A message of several packets is read a run of packets at once.
+    let staged = match &wqe.payload {
+        // A message of several packets is read a run of packets at once
+        // (by the send pointer; a resend takes what is there).
         Payload::Sges(s)
             if has_payload
                 && seg.len < wqe.len
                 && s.first().is_some_and(|g| g.mr.mem.prefers_large_reads()) =>
         {
-            PayloadSrc::Bytes(qp.req.stage.bytes(wqe, s, seg.offset, seg.len)?)
+            qp.req
+                .stage
+                .bytes(wqe, s, (seg.offset, seg.len), !ask_ack)?
         }
-        _ => payload_of(wqe, seg, has_payload),
+        _ => None,
     };
+    let src = staged.map_or_else(|| payload_of(wqe, seg, has_payload), PayloadSrc::Bytes);
     tx::send(cx, &mut qp.counters, dst, &repr, src)?;
     if seg.position.ends_message() {
-        qp.req.stage.clear();
+        qp.req.stage.release(wqe);
     }
     if wqe.op.is_read_or_atomic() {
         qp.req.rd_atomic.push_back(psn::add(cur, seg.psns - 1));

@@ -19,6 +19,38 @@ pub enum PayloadSrc<'a> {
     Region(&'a crate::mr::MrEntry, usize, usize),
 }
 
+/// Bytes read ahead of the packets that carry them: `data` holds those
+/// from offset `at` (of a message, or of a region).
+#[derive(Debug, Default)]
+pub struct ReadAhead {
+    at: usize,
+    data: Vec<u8>,
+}
+
+impl ReadAhead {
+    /// The `len` bytes at `off`, if held.
+    pub fn get(&self, off: usize, len: usize) -> Option<&[u8]> {
+        let from = off.checked_sub(self.at)?;
+        self.data.get(from..from.checked_add(len)?)
+    }
+
+    /// The `len` bytes at `off`: held ones, or read by `read(off, out)`,
+    /// which appends what follows `off` (at least `len` bytes) to `out`.
+    pub fn get_or_read<E>(
+        &mut self,
+        off: usize,
+        len: usize,
+        read: impl FnOnce(usize, &mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Option<&[u8]>, E> {
+        if self.get(off, len).is_none() {
+            self.data.clear();
+            read(off, &mut self.data).inspect_err(|_| self.data.clear())?;
+            self.at = off;
+        }
+        Ok(self.get(off, len))
+    }
+}
+
 /// The payload could not be read (region deregistered or too short).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PayloadError;

@@ -54,8 +54,8 @@ pub const MAX_HELD: usize = crate::engine::requester::SELECTIVE_SPAN as usize;
 /// Farthest a kept packet may be ahead of the expected PSN.
 pub const MAX_AHEAD: i32 = crate::engine::requester::SELECTIVE_SPAN as i32;
 /// Most NAKs one packet causes (a longer run of losses is found by the
-/// requester's loss probe, or its ACK timeout): as many as one UDP GSO
-/// run holds, the packets a lossy link drops together.
+/// requester's loss probe, or its ACK timeout): as many as the longest
+/// UDP GSO run, the packets a lossy link drops together.
 pub const MAX_NAKS: u32 = 64;
 /// What a held packet costs the budget besides its payload: its headers
 /// and its place in the table, so that packets without payload count too.

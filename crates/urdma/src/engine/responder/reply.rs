@@ -130,9 +130,8 @@ pub(super) fn read_responses(
 ) {
     let mtu = qp.mtu();
     let n = read_span(qp, len) as usize;
-    // The region's bytes, read up to STAGE_BYTES at once from `stage_at`.
-    let mut stage = Vec::new();
-    let mut stage_at = 0;
+    // The region's bytes, read up to STAGE_BYTES at once.
+    let mut ahead = tx::ReadAhead::default();
     for i in 0..n {
         let opcode = match (i, n) {
             (_, 1) => Opcode::RcReadResponseOnly,
@@ -149,19 +148,13 @@ pub(super) fn read_responses(
         let plen = mtu.min(len - start.min(len));
         let src = match range {
             Some((mr, off)) if plen > 0 && n > 1 && mr.mem.prefers_large_reads() => {
-                let staged = |at: usize, s: &Vec<u8>| start >= at && start + plen <= at + s.len();
-                if !staged(stage_at, &stage) {
-                    stage.clear();
-                    let ahead = (len - start).min(STAGE_BYTES).max(plen);
-                    if mr.mem.read_into(off + start, ahead, &mut stage).is_ok() {
-                        stage_at = start;
-                    }
-                }
-                if staged(stage_at, &stage) {
-                    PayloadSrc::Bytes(&stage[start - stage_at..][..plen])
-                } else {
+                let want = (len - start).min(STAGE_BYTES).max(plen);
+                match ahead
+                    .get_or_read(start, plen, |at, out| mr.mem.read_into(off + at, want, out))
+                {
+                    Ok(Some(b)) => PayloadSrc::Bytes(b),
                     // Read packet by packet, which reports the error.
-                    PayloadSrc::Region(mr, off + start, plen)
+                    _ => PayloadSrc::Region(mr, off + start, plen),
                 }
             }
             Some((mr, off)) if plen > 0 => PayloadSrc::Region(mr, off + start, plen),
