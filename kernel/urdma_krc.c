@@ -103,11 +103,16 @@ static int urdma_request(struct urdma_dev *dev, struct urdma_kmsg *km,
 		kfree(km);
 	else
 		wait_for_completion_timeout(&req.done, URDMA_REQUEST_TIMEOUT);
-	/* Answered requests are off the list (urdma_answer takes them). */
+	/*
+	 * Answered requests are off the list (urdma_answer takes them); one
+	 * that was never queued (no NIC) or never answered is taken off here,
+	 * before its frame goes.
+	 */
 	spin_lock_irq(&dev->kernel_lock);
-	if (!err && !list_empty(&req.list)) {
+	if (!list_empty(&req.list)) {
 		list_del_init(&req.list);
-		err = -ETIMEDOUT;
+		if (!err)
+			err = -ETIMEDOUT;
 	}
 	spin_unlock_irq(&dev->kernel_lock);
 	if (!err)
