@@ -127,14 +127,22 @@ run_pair() {
   wait $spid
   local src=$?
   local label="$name, $dir (server $(echo "$dir" | cut -d- -f1))"
-  # Under loss a ping-pong client that got every reply exits while the
-  # ACK of the server's last message may still be lost: the server then
-  # cannot finish, whatever the two ends do. Run such a pair once more.
-  if [ -n "${ONCE_MORE_IF_LAST_ACK_LOST:-}" ] && [ $crc = 0 ] && [ $src != 0 ] &&
-    grep -q "iters in" "$W/cli"; then
-    echo "    # $label: the client finished, the server did not (status $src): once more"
-    ONCE_MORE_IF_LAST_ACK_LOST= run_pair "$name" "$dir" "$kind" "$@"
-    return
+  # Under loss a ping-pong end that got every message exits while the
+  # ACK of the other end's last message may still be lost: the other end
+  # then cannot finish, whatever the two do (its retries meet a QP that is
+  # gone). Run such a pair once more, either way round.
+  if [ -n "${ONCE_MORE_IF_LAST_ACK_LOST:-}" ]; then
+    local finished=
+    if [ $crc = 0 ] && [ $src != 0 ] && grep -q "iters in" "$W/cli"; then
+      finished="the client finished, the server did not (status $src)"
+    elif [ $src = 0 ] && [ $crc != 0 ] && grep -q "iters in" "$W/srv"; then
+      finished="the server finished, the client did not (status $crc)"
+    fi
+    if [ -n "$finished" ]; then
+      echo "    # $label: $finished: once more"
+      ONCE_MORE_IF_LAST_ACK_LOST= run_pair "$name" "$dir" "$kind" "$@"
+      return
+    fi
   fi
   if [ $crc = 0 ] && [ $src = 0 ]; then
     ok "$label"
