@@ -245,8 +245,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn busy_poll_window_parses() {
-        assert_eq!(parse_busy_poll("0").unwrap(), std::time::Duration::ZERO);
+    fn page_zeroing_from_the_command_line_then_the_build() {
         let on = Some("CONFIG_X=y\nCONFIG_INIT_ON_ALLOC_DEFAULT_ON=y\n");
         let off = Some("# CONFIG_INIT_ON_ALLOC_DEFAULT_ON is not set\n");
         assert!(zeroes_allocated_pages("quiet", on));
@@ -254,6 +253,11 @@ mod tests {
         assert!(!zeroes_allocated_pages("quiet", None));
         assert!(!zeroes_allocated_pages("init_on_alloc=0 quiet", on));
         assert!(zeroes_allocated_pages("ro init_on_alloc=1", None));
+    }
+
+    #[test]
+    fn busy_poll_window_parses() {
+        assert_eq!(parse_busy_poll("0").unwrap(), std::time::Duration::ZERO);
         assert_eq!(
             parse_busy_poll(" 50 ").unwrap(),
             std::time::Duration::from_micros(50)

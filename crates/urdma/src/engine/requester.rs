@@ -38,9 +38,15 @@ pub struct Stage {
 }
 
 impl Stage {
+    /// The key of `wqe`'s bytes.
+    fn key(wqe: &SendWqe) -> Option<(u32, u64)> {
+        Some((wqe.first_psn, wqe.wr_id))
+    }
+
     /// The `len` payload bytes at message offset `off` of `wqe`: from
     /// here, or read from `sges` (with what follows, up to
-    /// [`STAGE_BYTES`]) if `fill`, else None.
+    /// [`STAGE_BYTES`]) if `fill`, else None. A failed read leaves
+    /// nothing here.
     fn bytes(
         &mut self,
         wqe: &SendWqe,
@@ -48,36 +54,29 @@ impl Stage {
         (off, len): (usize, usize),
         fill: bool,
     ) -> Result<Option<&[u8]>, tx::PayloadError> {
-        let owner = Some((wqe.first_psn, wqe.wr_id));
+        let owner = Self::key(wqe);
         if self.owner != owner {
             if !fill {
                 return Ok(None);
             }
-            *self = Stage::default();
+            *self = Stage {
+                owner,
+                ..Stage::default()
+            };
+        }
+        if !fill {
+            return Ok(self.bytes.get(off, len));
         }
         let ahead = wqe.len.saturating_sub(off).min(STAGE_BYTES).max(len);
-        let read = |at: usize, out: &mut Vec<u8>| crate::mr::gather(sges, at, ahead, out);
-        let got = match fill {
-            true => self.bytes.get_or_read(off, len, read),
-            false => Ok(self.bytes.get(off, len)),
-        };
-        match got {
-            Ok(Some(b)) => {
-                self.owner = owner;
-                Ok(Some(b))
-            }
-            Ok(None) => Ok(None),
-            Err(_) => {
-                self.owner = None;
-                Err(tx::PayloadError)
-            }
-        }
+        self.bytes
+            .get_or_read(off, len, |at, out| crate::mr::gather(sges, at, ahead, out))
+            .map_err(|_| tx::PayloadError)
     }
 
     /// Forget the bytes of `wqe`, if these are its, and give their memory
     /// back.
     fn release(&mut self, wqe: &SendWqe) {
-        if self.owner == Some((wqe.first_psn, wqe.wr_id)) {
+        if self.owner == Self::key(wqe) {
             *self = Stage::default();
         }
     }

@@ -130,8 +130,9 @@ pub(super) fn read_responses(
 ) {
     let mtu = qp.mtu();
     let n = read_span(qp, len) as usize;
-    // The region's bytes, read up to STAGE_BYTES at once.
+    // The region's bytes, read up to STAGE_BYTES at once where that pays.
     let mut ahead = tx::ReadAhead::default();
+    let read_ahead = n > 1 && range.is_some_and(|(mr, _)| mr.mem.prefers_large_reads());
     for i in 0..n {
         let opcode = match (i, n) {
             (_, 1) => Opcode::RcReadResponseOnly,
@@ -147,7 +148,7 @@ pub(super) fn read_responses(
         let start = i * mtu;
         let plen = mtu.min(len - start.min(len));
         let src = match range {
-            Some((mr, off)) if plen > 0 && n > 1 && mr.mem.prefers_large_reads() => {
+            Some((mr, off)) if plen > 0 && read_ahead => {
                 let want = (len - start).min(STAGE_BYTES).max(plen);
                 match ahead
                     .get_or_read(start, plen, |at, out| mr.mem.read_into(off + at, want, out))
