@@ -40,7 +40,7 @@
 use serde::{de::DeserializeOwned, Serialize};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::Mutex;
 
 use crate::shm::SharedMapping;
@@ -107,6 +107,11 @@ pub struct WorkRing {
     /// only published to the driver, never read back).
     cons: AtomicU64,
     retired: AtomicU64,
+    /// The NIC watches `prod` itself (busy polling): arming leaves the
+    /// doorbell down, so that the driver posts without telling it.
+    polled: AtomicBool,
+    /// The NIC, while polling, is to be told of the next post.
+    wants_bell: AtomicBool,
 }
 
 impl std::fmt::Debug for WorkRing {
@@ -158,6 +163,8 @@ impl WorkRing {
             producer: Mutex::new(()),
             cons: AtomicU64::new(0),
             retired: AtomicU64::new(0),
+            polled: AtomicBool::new(false),
+            wants_bell: AtomicBool::new(false),
         }
     }
 
@@ -305,7 +312,17 @@ impl WorkRing {
     /// Ask to be told of the next post (NIC side). False if a request
     /// arrived meanwhile: the doorbell is left unarmed and the caller must
     /// look at the ring again.
+    ///
+    /// While the NIC polls the ring ([`WorkRing::start_polling`]) the
+    /// doorbell stays down and [`WorkRing::poll_due`] tells the poller.
     pub fn arm(&self) -> bool {
+        if self.polled.load(Relaxed) {
+            if self.prod().load(SeqCst) != self.cons.load(Relaxed) {
+                return false;
+            }
+            self.wants_bell.store(true, Relaxed);
+            return true;
+        }
         self.doorbell().store(1, SeqCst);
         // SeqCst, pairing with the driver's store of `prod` and load of
         // the doorbell: one side sees the other.
@@ -319,6 +336,44 @@ impl WorkRing {
     /// Stop asking for doorbells (NIC side).
     pub fn disarm(&self) {
         self.doorbell().store(0, SeqCst);
+        self.wants_bell.store(false, Relaxed);
+    }
+
+    /// Watch the ring instead of waiting for doorbells (NIC side, with the
+    /// consumer's lock held, as every NIC-side call). An armed doorbell is
+    /// taken down: the driver's next post then costs it no message, and
+    /// the poller finds it with [`WorkRing::poll_due`].
+    pub fn start_polling(&self) {
+        if self.polled.swap(true, Relaxed) {
+            return;
+        }
+        // The driver may be swapping it at the same moment: whoever takes
+        // the 1 is the one who acts on the post.
+        if self.doorbell().swap(0, SeqCst) != 0 {
+            self.wants_bell.store(true, Relaxed);
+        }
+    }
+
+    /// Whether the poller is to take new requests now: the NIC asked to be
+    /// told of a post and one arrived. Needs no lock (a hint, confirmed by
+    /// [`WorkRing::take_bell`] under it).
+    pub fn poll_due(&self) -> bool {
+        self.wants_bell.load(Relaxed) && self.prod().load(Acquire) != self.cons.load(Relaxed)
+    }
+
+    /// Take the doorbell the poller found due (NIC side): false if the
+    /// NIC no longer waits for a post.
+    pub fn take_bell(&self) -> bool {
+        self.wants_bell.swap(false, Relaxed)
+    }
+
+    /// Wait for doorbells again (NIC side). False if a request was posted
+    /// while the NIC asked to be told: the caller must take it.
+    pub fn stop_polling(&self) -> bool {
+        if !self.polled.swap(false, Relaxed) || !self.wants_bell.swap(false, Relaxed) {
+            return true;
+        }
+        self.arm()
     }
 
     /// Drop everything posted, unread (NIC side; a QP back in RESET).

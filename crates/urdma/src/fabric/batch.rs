@@ -218,11 +218,29 @@ impl RecvBatch {
 /// Wait until `fd` is readable or `timeout` passes (None: forever), with
 /// nanosecond resolution. Returns whether it is readable.
 pub fn wait_readable(fd: RawFd, timeout: Option<std::time::Duration>) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
+    Ok(wait_any(&[fd], timeout)? != 0)
+}
+
+/// Wait until one of `fds` (at most 32) is readable or `timeout` passes
+/// (None: forever): bit i of the answer is set when `fds[i]` is readable;
+/// 0 when the time ran out or a signal came.
+pub fn wait_any(fds: &[RawFd], timeout: Option<std::time::Duration>) -> io::Result<u32> {
+    const MAX: usize = 32;
+    if fds.len() > MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "at most 32 descriptors",
+        ));
+    }
+    let mut pfds = [libc::pollfd {
+        fd: -1,
+        events: 0,
         revents: 0,
-    };
+    }; MAX];
+    for (p, &fd) in pfds.iter_mut().zip(fds) {
+        p.fd = fd;
+        p.events = libc::POLLIN;
+    }
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -230,16 +248,28 @@ pub fn wait_readable(fd: RawFd, timeout: Option<std::time::Duration>) -> io::Res
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: pfd and the timespec live across the call; one entry.
-    let n = unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
+    // SAFETY: pfds and the timespec live across the call, which reads and
+    // writes only the first fds.len() entries.
+    let n = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
     if n < 0 {
         let e = io::Error::last_os_error();
         if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(false);
+            return Ok(0);
         }
         return Err(e);
     }
-    Ok(n > 0)
+    Ok(pfds[..fds.len()]
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.revents != 0)
+        .fold(0, |m, (i, _)| m | 1 << i))
 }
 
 /// Messages sent per `sendmmsg` call.

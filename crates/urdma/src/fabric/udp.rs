@@ -50,6 +50,8 @@ pub struct UdpDriver {
     /// The receive thread sleeps in the kernel: a datagram put in the
     /// inbox must wake it.
     parked: AtomicBool,
+    /// Wakes the receive thread, now or at a deadline.
+    alarm: super::alarm::Alarm,
 }
 
 impl Drop for UdpDriver {
@@ -115,6 +117,7 @@ impl UdpDriver {
         let (socket, ecn) = make_socket(local)?;
         engine.set_ecn(ecn);
         let local = socket.local_addr()?;
+        let alarm = super::alarm::Alarm::new()?;
         let driver = Arc::new_cyclic(|me| UdpDriver {
             name: name.to_string(),
             engine: Mutex::new(engine),
@@ -133,6 +136,7 @@ impl UdpDriver {
             inbox: Inbox::default(),
             me: me.clone(),
             parked: AtomicBool::new(false),
+            alarm,
         });
         super::loopback::attach(&driver);
         Ok(driver)
@@ -182,7 +186,8 @@ impl UdpDriver {
         if let Some(d) = eng.next_deadline() {
             if d < self.sleeping_until.load(Ordering::Acquire) {
                 self.sleeping_until.store(d, Ordering::Release);
-                self.wake();
+                let after = d.saturating_sub(self.now());
+                self.alarm.wake_after(Duration::from_nanos(after));
             }
         }
         if out.is_empty() {
@@ -356,9 +361,9 @@ impl UdpDriver {
         }
     }
 
-    /// Wake the receive thread with an empty datagram to itself.
+    /// Wake the receive thread.
     fn wake(&self) {
-        let _ = self.socket.send_to(&[], self.local);
+        self.alarm.wake();
     }
 
     /// Install (or remove) a callback run each time new asynchronous
@@ -413,21 +418,30 @@ impl UdpDriver {
         self.shutdown.load(Ordering::Acquire)
     }
 
-    /// Wait until the socket is readable (true), the inbox holds
-    /// datagrams or `timeout` passes (false). Polls without sleeping until
-    /// `spin_until` (busy polling: input that comes soon is taken without
-    /// the cost of a wake-up).
+    /// Wait until the socket is readable (true), or the inbox holds
+    /// datagrams, the alarm goes off or `timeout` passes (false). Polls
+    /// without sleeping until `spin_until` (busy polling: input that comes
+    /// soon is taken without the cost of a wake-up).
     fn wait_input(
         &self,
         fd: std::os::fd::RawFd,
         timeout: Option<Duration>,
         spin_until: Instant,
     ) -> std::io::Result<bool> {
-        use super::batch::wait_readable;
+        let [wake, timer] = self.alarm.fds();
+        let fds = [fd, wake, timer];
+        // Bit 0: the socket; the others: the alarm, cleared once seen.
+        let readable = |timeout| -> std::io::Result<Option<bool>> {
+            let ready = super::batch::wait_any(&fds, timeout)?;
+            if ready & 0b110 != 0 {
+                self.alarm.clear();
+            }
+            Ok((ready != 0).then_some(ready & 1 != 0))
+        };
         let end = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             if self.inbox.is_pending() {
-                return wait_readable(fd, Some(Duration::ZERO));
+                return Ok(readable(Some(Duration::ZERO))? == Some(true));
             }
             let now = Instant::now();
             if now >= spin_until {
@@ -436,8 +450,8 @@ impl UdpDriver {
             if end.is_some_and(|e| now >= e) {
                 return Ok(false);
             }
-            if wait_readable(fd, Some(Duration::ZERO))? {
-                return Ok(true);
+            if let Some(socket) = readable(Some(Duration::ZERO))? {
+                return Ok(socket);
             }
             std::thread::yield_now();
         }
@@ -446,13 +460,13 @@ impl UdpDriver {
         // this thread.
         self.parked.store(true, Ordering::SeqCst);
         let r = if self.inbox.is_pending() {
-            wait_readable(fd, Some(Duration::ZERO))
+            readable(Some(Duration::ZERO))
         } else {
             let rest = end.map(|e| e.saturating_duration_since(Instant::now()));
-            wait_readable(fd, rest)
+            readable(rest)
         };
         self.parked.store(false, Ordering::SeqCst);
-        r
+        Ok(r? == Some(true))
     }
 
     fn rx_loop(&self) {

@@ -448,7 +448,18 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
     let mut last_post = std::time::Instant::now();
     loop {
         fds.clear();
-        match channel::recv_polling(&conn, &mut buf, &mut fds, last_post + busy_poll) {
+        let got = channel::recv_polling(&conn, &mut buf, &mut fds, || {
+            if session.poll_rings() {
+                last_post = std::time::Instant::now();
+            }
+            if std::time::Instant::now() < last_post + busy_poll {
+                return true;
+            }
+            // About to sleep: posts ring doorbells again.
+            session.stop_polling();
+            false
+        });
+        match got {
             Ok(true) => {}
             Ok(false) => {
                 tracing::debug!(pid, "session ends: the driver closed its end");
@@ -503,7 +514,7 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
                 _ => break,
             }
         }
-        session.handle_doorbells(posts);
+        session.handle_doorbells(posts, !busy_poll.is_zero());
         last_post = std::time::Instant::now();
         if let Some(r) = next {
             if let Some(a) = session.handle(nic, r, &mut fds) {

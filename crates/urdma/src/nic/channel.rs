@@ -202,15 +202,16 @@ pub fn try_recv(
     )
 }
 
-/// As [`recv`], but first poll without sleeping until `spin_until`, so
-/// that a message that comes soon is taken without a wake-up.
+/// As [`recv`], but first poll without sleeping for as long as `spin`
+/// (called before each look, free to do other polling work) answers true,
+/// so that a message that comes soon is taken without a wake-up.
 pub fn recv_polling(
     fd: &impl AsRawFd,
     buf: &mut MsgBuf,
     fds: &mut Vec<OwnedFd>,
-    spin_until: std::time::Instant,
+    mut spin: impl FnMut() -> bool,
 ) -> std::io::Result<bool> {
-    while std::time::Instant::now() < spin_until {
+    while spin() {
         match try_recv(fd, buf, fds) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
             r => return r,

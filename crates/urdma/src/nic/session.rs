@@ -70,6 +70,11 @@ pub struct Session {
     reserved_cqs: HashSet<u32>,
     cqs: HashMap<u32, Arc<CqShared>>,
     qps: HashSet<u32>,
+    /// The send queues of its QPs, which the session thread polls while
+    /// the driver is busy.
+    send_rings: HashMap<u32, Arc<WorkRing>>,
+    /// The send queues are polled (see [`Session::start_polling`]).
+    polling: bool,
     srqs: HashSet<u32>,
     captures: Vec<Arc<crate::fabric::capture::Capture>>,
     /// How many of each object the last report of holdings counted.
@@ -101,6 +106,8 @@ impl Session {
             reserved_cqs: HashSet::new(),
             cqs: HashMap::new(),
             qps: HashSet::new(),
+            send_rings: HashMap::new(),
+            polling: false,
             srqs: HashSet::new(),
             captures: Vec::new(),
             reported: None,
@@ -163,7 +170,7 @@ impl Session {
         fds: &mut Vec<OwnedFd>,
     ) -> Option<proto::Response> {
         if req.is_post() {
-            self.handle_doorbells(vec![req]);
+            self.handle_doorbells(vec![req], false);
             return None;
         }
         let r = self.run(nic, req, fds);
@@ -358,11 +365,20 @@ impl Session {
                     srq,
                 })?;
                 // Mapped once the engine has checked the capacities.
-                let rings = map_qp_rings(&cap, fds)
-                    .and_then(|rings| d.with_engine(|e, _| e.attach_rings(qpn, rings)));
-                if let Err(e) = rings {
-                    let _ = d.call(DestroyQp { qpn });
-                    return Err(e);
+                let rings = map_qp_rings(&cap, fds).and_then(|rings| {
+                    let sq = rings.sq.clone();
+                    d.with_engine(|e, _| e.attach_rings(qpn, rings))?;
+                    Ok(sq)
+                });
+                match rings {
+                    Err(e) => {
+                        let _ = d.call(DestroyQp { qpn });
+                        return Err(e);
+                    }
+                    Ok(Some(sq)) => {
+                        self.send_rings.insert(qpn, sq);
+                    }
+                    Ok(None) => {}
                 }
                 self.qps.insert(qpn);
                 dev.own(super::agent::Object::Qp(qpn), &self.events);
@@ -383,6 +399,7 @@ impl Session {
                 self.qp(qpn)?;
                 d.call(DestroyQp { qpn })?;
                 self.qps.remove(&qpn);
+                self.send_rings.remove(&qpn);
                 dev.disown(super::agent::Object::Qp(qpn));
                 Value::Done
             }
@@ -480,12 +497,21 @@ impl Session {
     }
 
     /// Take the work that doorbells announce, under one engine lock, so
-    /// that the packets it makes leave in one batch.
-    pub fn handle_doorbells(&mut self, bells: Vec<Request>) {
+    /// that the packets it makes leave in one batch. With `poll`, the
+    /// session's send queues are polled from then on: the driver's next
+    /// posts need no doorbell until [`Session::stop_polling`].
+    pub fn handle_doorbells(&mut self, bells: Vec<Request>, poll: bool) {
         let Some(dev) = self.device.clone() else {
             return;
         };
+        let start = poll && !self.polling;
+        self.polling |= poll;
         dev.driver.with_engine(|e, now| {
+            if start {
+                for ring in self.send_rings.values() {
+                    ring.start_polling();
+                }
+            }
             for req in bells {
                 let Request::Doorbell { qpn } = req else {
                     continue;
@@ -496,6 +522,49 @@ impl Session {
                 };
                 if let Err(err) = rung {
                     tracing::debug!(pid = self.pid, error = %err, "doorbell refused");
+                }
+            }
+        });
+    }
+
+    /// Take what the driver posted to polled send queues since the NIC
+    /// last looked, as its doorbells would have announced. True if there
+    /// was any.
+    pub fn poll_rings(&mut self) -> bool {
+        if !self.polling {
+            return false;
+        }
+        let due: Vec<u32> = (self.send_rings.iter())
+            .filter(|(_, r)| r.poll_due())
+            .map(|(&qpn, _)| qpn)
+            .collect();
+        let Some(dev) = self.device.clone().filter(|_| !due.is_empty()) else {
+            return false;
+        };
+        dev.driver.with_engine(|e, now| {
+            for qpn in due {
+                let taken = self.send_rings.get(&qpn).is_some_and(|r| r.take_bell());
+                if let Err(err) = taken.then(|| e.doorbell(now, qpn)).transpose() {
+                    tracing::debug!(pid = self.pid, error = %err, "polled doorbell refused");
+                }
+            }
+        });
+        true
+    }
+
+    /// Stop polling the send queues: their doorbells are armed again, and
+    /// what was posted meanwhile is taken.
+    pub fn stop_polling(&mut self) {
+        let Some(dev) = self.device.clone().filter(|_| self.polling) else {
+            return;
+        };
+        self.polling = false;
+        dev.driver.with_engine(|e, now| {
+            for (&qpn, ring) in &self.send_rings {
+                if !ring.stop_polling() {
+                    if let Err(err) = e.doorbell(now, qpn) {
+                        tracing::debug!(pid = self.pid, error = %err, "doorbell refused");
+                    }
                 }
             }
         });
@@ -587,6 +656,7 @@ impl Session {
         for cap in self.captures.drain(..) {
             d.detach_capture(&cap);
         }
+        self.send_rings.clear();
         for qpn in self.qps.drain() {
             let _ = d.call(DestroyQp { qpn });
             dev.disown(super::agent::Object::Qp(qpn));

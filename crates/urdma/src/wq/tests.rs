@@ -125,6 +125,46 @@ fn doorbell_rings_once_per_arming() {
 }
 
 #[test]
+fn a_polled_ring_takes_posts_without_doorbells_and_arms_again_when_polling_stops() {
+    let driver = WorkRing::new_shared(8, recv_slot_len(1)).unwrap();
+    let nic = WorkRing::from_fd(dup(driver.fd()), 8, recv_slot_len(1)).unwrap();
+    // Armed before polling starts: the doorbell comes down, and the poller
+    // is owed the next post.
+    assert!(nic.arm());
+    nic.start_polling();
+    assert!(!nic.poll_due());
+    assert_eq!(driver.push(&recv(1, 1)), Ok(false));
+    assert!(nic.poll_due());
+    assert!(nic.take_bell());
+    assert!(!nic.poll_due());
+    assert!(nic.pop::<RecvRequest>().is_some());
+    // Arming while polled leaves the bell down and tells the poller.
+    assert!(nic.arm());
+    assert_eq!(driver.push(&recv(2, 1)), Ok(false));
+    assert!(nic.poll_due());
+    // Arming with a post waiting fails, as without polling.
+    assert!(!nic.arm());
+    while nic.pop::<RecvRequest>().is_some() {}
+    assert!(nic.arm());
+    // A post that came while the poller stopped is handed to it.
+    assert_eq!(driver.push(&recv(3, 1)), Ok(false));
+    assert!(!nic.stop_polling());
+    while nic.pop::<RecvRequest>().is_some() {}
+    assert!(nic.arm());
+    assert_eq!(driver.push(&recv(4, 1)), Ok(true));
+    // Stopping when nothing is owed leaves the ring as the engine left it.
+    nic.start_polling();
+    assert!(nic.stop_polling());
+    assert_eq!(driver.push(&recv(5, 1)), Ok(false));
+    while nic.pop::<RecvRequest>().is_some() {}
+    // Polling again, then stopping while owed and idle: armed for real.
+    nic.start_polling();
+    assert!(nic.arm());
+    assert!(nic.stop_polling());
+    assert_eq!(driver.push(&recv(6, 1)), Ok(true));
+}
+
+#[test]
 fn hostile_producer_state_is_refused_without_panic() {
     let driver = WorkRing::new_shared(4, recv_slot_len(1)).unwrap();
     let nic = WorkRing::from_fd(dup(driver.fd()), 4, recv_slot_len(1)).unwrap();
