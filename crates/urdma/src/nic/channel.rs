@@ -203,19 +203,23 @@ pub fn try_recv(
 }
 
 /// As [`recv`], but first poll without sleeping for as long as `spin`
-/// (called before each look, free to do other polling work) answers true,
+/// (called each round, free to do other polling work) answers
+/// `Some(look)`, looking for a message in the rounds where `look` is true,
 /// so that a message that comes soon is taken without a wake-up.
 pub fn recv_polling(
     fd: &impl AsRawFd,
     buf: &mut MsgBuf,
     fds: &mut Vec<OwnedFd>,
-    mut spin: impl FnMut() -> bool,
+    mut spin: impl FnMut() -> Option<bool>,
 ) -> std::io::Result<bool> {
-    while spin() {
-        match try_recv(fd, buf, fds) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
-            r => return r,
+    while let Some(look) = spin() {
+        if look {
+            match try_recv(fd, buf, fds) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                r => return r,
+            }
         }
+        std::thread::yield_now();
     }
     recv(fd, buf, fds)
 }

@@ -376,6 +376,9 @@ impl Session {
                         return Err(e);
                     }
                     Ok(Some(sq)) => {
+                        if self.polling {
+                            d.with_engine(|_, _| sq.start_polling());
+                        }
                         self.send_rings.insert(qpn, sq);
                     }
                     Ok(None) => {}
@@ -525,6 +528,11 @@ impl Session {
                 }
             }
         });
+    }
+
+    /// Whether the send queues are polled.
+    pub fn is_polling(&self) -> bool {
+        self.polling
     }
 
     /// Take what the driver posted to polled send queues since the NIC
