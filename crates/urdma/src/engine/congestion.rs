@@ -70,6 +70,7 @@ impl Engine {
             return;
         }
         cx.count(&mut qp.counters, Counter::CnpReceived);
-        qp.req.rate.on_cnp(now);
+        let srtt = qp.req.rtt.srtt();
+        qp.req.rate.on_cnp(now, srtt);
     }
 }

@@ -2,15 +2,25 @@
 //! reaction point of DCQCN (Zhu et al., SIGCOMM 2015), which RoCEv2 NICs
 //! run. A QP sends unpaced until a CNP comes; from then on it is paced by
 //! a token bucket at its current rate `rc`, which:
-//! - on each CNP falls to `rc * (1 - alpha / 2)`, the rate it had becoming
+//! - on a CNP falls to `rc * (1 - alpha / 2)`, the rate it had becoming
 //!   the target `rt`, while `alpha` (the estimate of how congested the path
 //!   is) rises by `G * (1 - alpha)`;
 //! - without CNPs, `alpha` decays by `1 - G` every [`ALPHA_INTERVAL_NS`],
-//!   and every [`INCREASE_INTERVAL_NS`] the rate climbs: halfway to the
-//!   target for [`FAST_RECOVERY_STEPS`] steps, then with the target rising
-//!   by [`ADDITIVE_INCREASE`] per step;
+//!   and every period the rate climbs: halfway to the target for
+//!   [`FAST_RECOVERY_STEPS`] steps, then with the target rising by
+//!   [`ADDITIVE_INCREASE`] per step;
 //! - once it climbs past twice the rate the QP was measured sending at
 //!   when the first CNP came, the QP is unpaced again.
+//!
+//! DCQCN's timers (55 us) suit a data-center round trip. A path whose
+//! round trip is longer reports congestion later, and the CNPs for packets
+//! sent before a cut would cut again: so the period is the QP's smoothed
+//! round-trip time when that is longer ([`INCREASE_INTERVAL_NS`] at
+//! least), the rate is cut at most once per period (later CNPs only raise
+//! `alpha` and hold the climb back), and the rate measured before the
+//! first CNP is averaged over a round trip. The bucket holds what the rate
+//! sends in [`BURST_NS`], between [`MIN_BURST_BYTES`] and
+//! [`BURST_BYTES`]: a slow QP does not dump a GSO run into a queue.
 //!
 //! Only the requests a QP sends are paced; the READ responses and atomic
 //! acknowledgements its responder sends are not.
@@ -32,7 +42,11 @@ pub const ADDITIVE_INCREASE: f64 = 1e6 / 8.0 / 1e9;
 pub const MIN_RATE: f64 = 1e6 / 1e9;
 /// Bytes the bucket holds at most: one GSO run of packets leaves at once.
 pub const BURST_BYTES: f64 = 65536.0;
-/// Length of the windows over which the sending rate is measured.
+/// Bytes the bucket holds at least.
+pub const MIN_BURST_BYTES: f64 = 4096.0;
+/// The bucket holds what the rate sends in this long (ns).
+pub const BURST_NS: f64 = 100_000.0;
+/// Shortest window over which the sending rate is measured.
 const MEASURE_NS: u64 = 100_000;
 /// Climbing steps applied at most in one go (after a long idle time the
 /// rest make no difference).
@@ -48,8 +62,13 @@ struct Paced {
     alpha: f64,
     /// When `alpha` last changed (a CNP, or a decay step).
     alpha_at: u64,
-    /// When the rate last changed (a CNP, or a climbing step).
+    /// When the rate last climbed, or a CNP held it back.
     increase_at: u64,
+    /// When a CNP last cut the rate.
+    cut_at: u64,
+    /// Climbing period and least time between cuts: the round trip, at
+    /// least [`INCREASE_INTERVAL_NS`].
+    period: u64,
     /// Climbing steps since the last CNP.
     steps: u32,
     /// Token bucket, bytes (may go below zero by one packet).
@@ -71,29 +90,43 @@ pub struct SendRate {
     peak: f64,
 }
 
+/// The climbing period for a QP of smoothed round trip `srtt` (ns).
+fn period(srtt: Option<u64>) -> u64 {
+    srtt.unwrap_or(0).max(INCREASE_INTERVAL_NS)
+}
+
 impl SendRate {
     /// The current paced rate in bytes per ns, or None when unpaced.
     pub fn rate(&self) -> Option<f64> {
         self.paced.as_ref().map(|p| p.rc)
     }
 
-    /// A CNP for this QP came at `now`.
-    pub fn on_cnp(&mut self, now: u64) {
+    /// A CNP for this QP came at `now`; `srtt` is the QP's smoothed
+    /// round-trip time (ns), once measured.
+    pub fn on_cnp(&mut self, now: u64, srtt: Option<u64>) {
         self.advance(now);
         let start = self.peak.max(MIN_RATE);
+        let first = self.paced.is_none();
         let p = self.paced.get_or_insert(Paced {
             rc: start,
             rt: start,
             alpha: 1.0,
             alpha_at: now,
             increase_at: now,
+            cut_at: now,
+            period: period(srtt),
             steps: 0,
-            tokens: BURST_BYTES,
+            tokens: burst(start),
             tokens_at: now,
             ceiling: 2.0 * start,
         });
-        p.rt = p.rc;
-        p.rc = (p.rc * (1.0 - p.alpha / 2.0)).max(MIN_RATE);
+        p.period = period(srtt);
+        if first || now.saturating_sub(p.cut_at) >= p.period {
+            p.rt = p.rc;
+            p.rc = (p.rc * (1.0 - p.alpha / 2.0)).max(MIN_RATE);
+            p.tokens = p.tokens.min(burst(p.rc));
+            p.cut_at = now;
+        }
         p.alpha = (1.0 - G) * p.alpha + G;
         p.alpha_at = now;
         p.increase_at = now;
@@ -110,14 +143,15 @@ impl SendRate {
         }
     }
 
-    /// A packet of `bytes` left at `now`.
-    pub fn sent(&mut self, now: u64, bytes: usize) {
+    /// A packet of `bytes` left at `now`; `srtt` as for
+    /// [`SendRate::on_cnp`].
+    pub fn sent(&mut self, now: u64, bytes: usize, srtt: Option<u64>) {
         if let Some(p) = &mut self.paced {
             p.tokens -= bytes as f64;
         }
         self.window_bytes += bytes as u64;
         let span = now.saturating_sub(self.window_start);
-        if span >= MEASURE_NS {
+        if span >= srtt.unwrap_or(0).max(MEASURE_NS) {
             let sample = self.window_bytes as f64 / span as f64;
             // A window spent mostly idle says little: the peak only rises,
             // and falls slowly.
@@ -135,7 +169,7 @@ impl SendRate {
             p.alpha *= (1.0 - G).powi(decays.min(i32::MAX as u64) as i32);
             p.alpha_at += decays * ALPHA_INTERVAL_NS;
         }
-        let steps = now.saturating_sub(p.increase_at) / INCREASE_INTERVAL_NS;
+        let steps = now.saturating_sub(p.increase_at) / p.period;
         for _ in 0..steps.min(MAX_STEPS) {
             if p.steps >= FAST_RECOVERY_STEPS {
                 p.rt += ADDITIVE_INCREASE;
@@ -143,13 +177,18 @@ impl SendRate {
             p.rc = (p.rt + p.rc) / 2.0;
             p.steps = p.steps.saturating_add(1);
         }
-        p.increase_at += steps * INCREASE_INTERVAL_NS;
-        p.tokens = (p.tokens + now.saturating_sub(p.tokens_at) as f64 * p.rc).min(BURST_BYTES);
+        p.increase_at += steps * p.period;
+        p.tokens = (p.tokens + now.saturating_sub(p.tokens_at) as f64 * p.rc).min(burst(p.rc));
         p.tokens_at = now;
         if steps >= MAX_STEPS || p.rc > p.ceiling {
             self.paced = None;
         }
     }
+}
+
+/// What the bucket holds at most at rate `rc` (bytes per ns).
+fn burst(rc: f64) -> f64 {
+    (rc * BURST_NS).clamp(MIN_BURST_BYTES, BURST_BYTES)
 }
 
 #[cfg(test)]
@@ -162,7 +201,7 @@ mod tests {
         let mut now = 0;
         for _ in 0..100 {
             now += 10_000;
-            s.sent(now, (rate * 10_000.0) as usize);
+            s.sent(now, (rate * 10_000.0) as usize, None);
         }
         (s, now)
     }
@@ -172,7 +211,7 @@ mod tests {
         let (mut s, now) = sending_at(1.0);
         assert_eq!(s.rate(), None);
         assert_eq!(s.next_send(now), now);
-        s.on_cnp(now);
+        s.on_cnp(now, None);
         let r = s.rate().unwrap();
         // alpha starts at 1: the first CNP halves the measured rate.
         assert!((r - 0.5).abs() < 0.05, "rate {r}");
@@ -181,11 +220,11 @@ mod tests {
     #[test]
     fn cnps_cut_and_quiet_restores() {
         let (mut s, mut now) = sending_at(1.0);
-        s.on_cnp(now);
+        s.on_cnp(now, None);
         let first = s.rate().unwrap();
         for _ in 0..5 {
-            now += 10_000;
-            s.on_cnp(now);
+            now += INCREASE_INTERVAL_NS;
+            s.on_cnp(now, None);
         }
         let cut = s.rate().unwrap();
         assert!(cut < first / 4.0, "{cut} vs {first}");
@@ -203,20 +242,20 @@ mod tests {
     #[test]
     fn the_bucket_paces_to_the_rate() {
         let (mut s, mut now) = sending_at(1.0);
-        s.on_cnp(now);
+        s.on_cnp(now, None);
         let rate = s.rate().unwrap();
         // Send 1 MB as fast as allowed and see how long it takes.
         let start = now;
         let mut sent = 0usize;
         while sent < 1_000_000 {
             now = s.next_send(now);
-            s.sent(now, 1000);
+            s.sent(now, 1000, None);
             sent += 1000;
         }
         let took = (now - start) as f64;
         // The bucket's burst leaves at once; the rest at about the rate
         // (which climbs a little meanwhile).
-        let expect = (1_000_000.0 - BURST_BYTES) / rate;
+        let expect = (1_000_000.0 - burst(rate)) / rate;
         assert!(
             took < expect * 1.05 && took > expect * 0.5,
             "{took} vs {expect}"
@@ -224,11 +263,54 @@ mod tests {
     }
 
     #[test]
+    fn one_cut_per_round_trip_and_cnps_meanwhile_hold_the_climb() {
+        let srtt = Some(2_000_000);
+        let (mut s, mut now) = sending_at(1.0);
+        s.on_cnp(now, srtt);
+        let cut = s.rate().unwrap();
+        // CNPs for packets sent before the cut: no further cut, and no
+        // climb while they come.
+        for _ in 0..10 {
+            now += 100_000;
+            s.on_cnp(now, srtt);
+            assert_eq!(s.rate(), Some(cut));
+        }
+        // Quiet for less than a round trip: no climb yet; after one, a step.
+        now += 1_000_000;
+        s.next_send(now);
+        assert_eq!(s.rate(), Some(cut));
+        now += 1_000_000;
+        s.next_send(now);
+        assert!(s.rate().unwrap() > cut);
+        // A round trip after the cut, a CNP cuts again.
+        s.on_cnp(now, srtt);
+        assert!(s.rate().unwrap() < cut);
+    }
+
+    #[test]
+    fn a_slow_qp_has_a_small_bucket() {
+        let srtt = Some(100_000_000);
+        let (mut s, now) = sending_at(0.005);
+        s.on_cnp(now, srtt);
+        // 2.5 MB/s: a 64 KiB burst would be 26 ms of its sending.
+        assert_eq!(burst(s.rate().unwrap()), MIN_BURST_BYTES);
+        // Idle long enough to fill any bucket, too short to climb.
+        let t = now + 50_000_000;
+        let mut at_once = 0;
+        while s.next_send(t) == t {
+            s.sent(t, 1024, srtt);
+            at_once += 1024;
+        }
+        assert!(at_once as f64 <= MIN_BURST_BYTES + 1024.0, "{at_once}");
+        assert!(at_once as f64 >= MIN_BURST_BYTES, "{at_once}");
+    }
+
+    #[test]
     fn never_below_the_floor() {
         let (mut s, mut now) = sending_at(0.001);
         for _ in 0..1000 {
             now += 1_000;
-            s.on_cnp(now);
+            s.on_cnp(now, None);
         }
         assert!(s.rate().unwrap() >= MIN_RATE);
     }

@@ -430,7 +430,8 @@ fn transmit(
         return false;
     }
     let bytes: usize = cx.tx.iter().skip(before).map(|t| t.data.len()).sum();
-    qp.req.rate.sent(cx.now, bytes);
+    let srtt = qp.req.rtt.srtt();
+    qp.req.rate.sent(cx.now, bytes, srtt);
     true
 }
 
