@@ -16,6 +16,9 @@ pub const WINDOW: u32 = 256;
 pub const SELECTIVE_SPAN: u32 = 4 * WINDOW;
 /// A request asks for an ACK at least this often (in packets).
 pub const ACK_EVERY: u32 = 32;
+/// A request asks for an ACK at least once per quarter of the round
+/// trip, and not more often for that reason than this (ns).
+pub const MIN_ACK_GAP_NS: u64 = 50_000;
 /// Largest READ request, in response packets; longer READs are split.
 pub const READ_CHUNK: u32 = 64;
 /// Bytes of a message's payload read from registered memory at once for
@@ -344,12 +347,20 @@ fn send_one(
     let wqe = &qp.req.sq[qp.req.send_pos];
     let seg = segment(wqe, k, qp.mtu());
     let mut bth = Bth::new(Opcode::RcSendOnly, qp.attr.dest_qp_num, cur);
+    // A slow (paced) QP also asks by time, so that its ACKs come well
+    // within the loss-probe timeout.
+    let ack_gap = qp.req.rtt.srtt().map(|s| (s / 4).max(MIN_ACK_GAP_NS));
+    let ack_due = ack_gap.is_some_and(|g| cx.now.saturating_sub(qp.req.ack_req_at) >= g);
     bth.ack_req = rc
         && !wqe.op.is_read_or_atomic()
         && (ask_ack
             || seg.position.ends_message()
             || (k + 1).is_multiple_of(ACK_EVERY)
-            || window_full_next);
+            || window_full_next
+            || ack_due);
+    if bth.ack_req {
+        qp.req.ack_req_at = cx.now;
+    }
     bth.selective = rc && cx.selective;
     let repr =
         request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;
