@@ -25,6 +25,10 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+/// Most send queues a session polls: a scan of each costs a cache miss
+/// or two per round, and beyond this many doorbells cost less.
+const MAX_POLLED_RINGS: usize = 64;
+
 /// CQ numbers a session may hold reserved before it creates the CQs.
 const MAX_RESERVED_CQS: usize = 16;
 
@@ -376,10 +380,13 @@ impl Session {
                         return Err(e);
                     }
                     Ok(Some(sq)) => {
-                        if self.polling {
+                        if self.polling && self.send_rings.len() < MAX_POLLED_RINGS {
                             d.with_engine(|_, _| sq.start_polling());
                         }
                         self.send_rings.insert(qpn, sq);
+                        if self.send_rings.len() > MAX_POLLED_RINGS {
+                            self.stop_polling();
+                        }
                     }
                     Ok(None) => {}
                 }
@@ -501,12 +508,14 @@ impl Session {
 
     /// Take the work that doorbells announce, under one engine lock, so
     /// that the packets it makes leave in one batch. With `poll`, the
-    /// session's send queues are polled from then on: the driver's next
-    /// posts need no doorbell until [`Session::stop_polling`].
+    /// session's send queues (unless it has more than [`MAX_POLLED_RINGS`])
+    /// are polled from then on: the driver's next posts need no doorbell
+    /// until [`Session::stop_polling`].
     pub fn handle_doorbells(&mut self, bells: Vec<Request>, poll: bool) {
         let Some(dev) = self.device.clone() else {
             return;
         };
+        let poll = poll && self.send_rings.len() <= MAX_POLLED_RINGS;
         let start = poll && !self.polling;
         self.polling |= poll;
         dev.driver.with_engine(|e, now| {
