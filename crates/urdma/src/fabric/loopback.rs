@@ -74,6 +74,12 @@ pub(crate) fn lookup(addr: SocketAddr) -> Option<Arc<UdpDriver>> {
         .filter(|d| !d.is_stopped())
 }
 
+/// A flush that hands a device this many bytes or more leaves them to its
+/// receive thread, which takes them while the sending thread goes on (a
+/// stream's packets, handled by two threads at once); less (a ping-pong,
+/// a run of small messages) is handled at once on the sending thread.
+pub(crate) const HANDOFF_BYTES: usize = 128 * 1024;
+
 /// Inbox drains one thread carries out in a row before it leaves the
 /// rest to the devices' receive threads.
 const MAX_INLINE_DRAINS: usize = 32;

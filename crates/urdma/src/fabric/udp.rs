@@ -216,14 +216,20 @@ impl UdpDriver {
         // Queued in engine order, taken (below) with nothing held.
         let mut targets = Vec::with_capacity(internal.len());
         for (target, datagrams) in internal {
+            let bytes: usize = datagrams.iter().map(Vec::len).sum();
+            let many = bytes >= super::loopback::HANDOFF_BYTES;
             target.inbox.push(self.local, datagrams);
-            targets.push(target);
+            targets.push((target, many));
         }
         let mut external = external;
         let failed = super::batch::send_all(self.socket.as_raw_fd(), &mut external);
         drop(sending);
-        for target in targets {
-            super::loopback::run_inline(target);
+        for (target, many) in targets {
+            if many {
+                target.wake_for_inbox();
+            } else {
+                super::loopback::run_inline(target);
+            }
         }
         self.take_own_inbox();
         self.to_kernel_gsi(for_kernel);
