@@ -427,19 +427,14 @@ impl CqShared {
     }
 
     /// Block until at least one completion is available (or the CQ
-    /// overran), then take up to `max`. `None` waits forever. It polls
-    /// for the busy-polling window first (`URDMA_BUSY_POLL_US`, see
-    /// [`crate::config::busy_poll`]), so that a completion that comes
-    /// soon costs no wake-up.
+    /// overran), then take up to `max`. `None` waits forever.
     pub fn wait(
         &self,
         max: usize,
         timeout: Option<Duration>,
         out: &mut Vec<WorkCompletion>,
     ) -> Result<usize> {
-        let start = Instant::now();
-        let deadline = timeout.and_then(|t| start.checked_add(t));
-        let spin_until = start + crate::config::busy_poll();
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             {
                 let _g = self.lock_consumer();
@@ -447,11 +442,6 @@ impl CqShared {
                 if ready(&r) {
                     return poll_ring(&r, max, out);
                 }
-            }
-            let now = Instant::now();
-            if now < spin_until && deadline.is_none_or(|d| now < d) {
-                std::thread::yield_now();
-                continue;
             }
             let remaining = match deadline {
                 None => None,
