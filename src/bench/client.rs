@@ -2,7 +2,7 @@
 
 use super::proto::{Channel, Msg, TestKind};
 use super::report::{self, BwRow, LatRow, Report};
-use super::session::{reap, wait_stamp, Params, Session};
+use super::session::{reap, reap_polling, wait_stamp, Params, Session};
 use super::stats::{self, Latency};
 use super::{tcp, Op};
 use anyhow::{bail, Result};
@@ -284,14 +284,14 @@ impl Client {
                             s.peer.addr,
                             s.peer.rkey,
                         ))?;
-                        reap(&s.scq, 1)?;
+                        reap_polling(&s.scq)?;
                         v.push(t.elapsed());
                     }
                     _ => {
                         s.qp.post_send(SendWr::send(i as u64, std::slice::from_ref(&src)))?;
-                        reap(&s.rcq, 1)?;
+                        reap_polling(&s.rcq)?;
                         v.push(t.elapsed() / 2);
-                        reap(&s.scq, 1)?;
+                        reap_polling(&s.scq)?;
                         if i + 1 < iters {
                             s.qp.post_recv(RecvWr::new(i as u64 + 1, std::slice::from_ref(&dst)))?;
                         }

@@ -1,7 +1,7 @@
 //! The passive side of `urdma bench`.
 
 use super::proto::{Channel, Msg, TestKind};
-use super::session::{reap, wait_stamp, Params, Session};
+use super::session::{reap, reap_polling, wait_stamp, Params, Session};
 use super::tcp;
 use anyhow::{bail, Result};
 use std::net::{TcpListener, TcpStream};
@@ -88,12 +88,12 @@ fn run_test(
             ch.send(&Msg::Ready)?;
             let src = s.mr.slice(s.half, size)?;
             for i in 0..iters {
-                reap(&s.rcq, 1)?;
+                reap_polling(&s.rcq)?;
                 if i + 1 < iters {
                     s.qp.post_recv(RecvWr::new(i as u64 + 1, std::slice::from_ref(&recv_slot)))?;
                 }
                 s.qp.post_send(SendWr::send(i as u64, std::slice::from_ref(&src)))?;
-                reap(&s.scq, 1)?;
+                reap_polling(&s.scq)?;
             }
         }
         TestKind::WriteLat => {

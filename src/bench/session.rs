@@ -140,6 +140,25 @@ pub fn reap(cq: &Cq, max: usize) -> Result<Vec<WorkCompletion>> {
     Ok(wcs)
 }
 
+/// Poll `cq` until a completion comes, as perftest's latency tests do
+/// (no sleep and wake-up between), and insist that it succeeded.
+pub fn reap_polling(cq: &Cq) -> Result<WorkCompletion> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        if let Some(wc) = cq.poll(1)?.pop() {
+            if wc.status != WcStatus::Success {
+                bail!("work request {} failed: {:?}", wc.wr_id, wc.status);
+            }
+            return Ok(wc);
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("no completion within {WAIT:?}");
+        }
+        std::hint::spin_loop();
+        std::thread::yield_now();
+    }
+}
+
 /// Spin until byte `off` of `mr` equals `stamp`.
 pub fn wait_stamp(mr: &Mr, off: usize, stamp: u8) -> Result<()> {
     let deadline = std::time::Instant::now() + WAIT;
