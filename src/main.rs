@@ -9,12 +9,6 @@ mod peer;
 mod run;
 mod stat;
 
-/// The agent (a subcommand of this program) makes and frees a buffer per
-/// packet on several threads; glibc's allocator returns memory to the
-/// kernel and faults it back in under that load.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
