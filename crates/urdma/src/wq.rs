@@ -36,6 +36,12 @@
 //! 1, SeqCst) and checks the ring again; the driver publishes `prod` and then (SeqCst) swaps the
 //! doorbell to 0, telling the NIC if it was 1. Either the NIC sees the new
 //! request or the driver sees the armed doorbell, so no post is forgotten.
+//!
+//! While the NIC busy-polls a ring ([`WorkRing::start_polling`], its own
+//! state, not in the mapping), arming leaves the doorbell down and marks
+//! the ring as waiting for a post instead; the poller looks at `prod`
+//! itself ([`WorkRing::poll_due`]), so the driver posts with no message.
+//! When it stops polling it arms for real ([`WorkRing::stop_polling`]).
 
 use serde::{de::DeserializeOwned, Serialize};
 use std::io;

@@ -18,7 +18,8 @@
 //! round-trip time when that is longer ([`INCREASE_INTERVAL_NS`] at
 //! least), the rate is cut at most once per period (later CNPs only raise
 //! `alpha` and hold the climb back), and the rate measured before the
-//! first CNP is averaged over a round trip. The bucket holds what the rate
+//! first CNP is averaged over a round trip (`alpha` still decays every
+//! [`ALPHA_INTERVAL_NS`]). The bucket holds what the rate
 //! sends in [`BURST_NS`], between [`MIN_BURST_BYTES`] and
 //! [`BURST_BYTES`]: a slow QP does not dump a GSO run into a queue.
 //!
@@ -105,7 +106,13 @@ impl SendRate {
     /// round-trip time (ns), once measured.
     pub fn on_cnp(&mut self, now: u64, srtt: Option<u64>) {
         self.advance(now);
-        let start = self.peak.max(MIN_RATE);
+        // Before the first measuring window ends, what it holds so far.
+        let measured = match now.saturating_sub(self.window_start) {
+            _ if self.peak > 0.0 => self.peak,
+            0 => 0.0,
+            span => self.window_bytes as f64 / span as f64,
+        };
+        let start = measured.max(MIN_RATE);
         let first = self.paced.is_none();
         let p = self.paced.get_or_insert(Paced {
             rc: start,
@@ -148,6 +155,7 @@ impl SendRate {
     pub fn sent(&mut self, now: u64, bytes: usize, srtt: Option<u64>) {
         if let Some(p) = &mut self.paced {
             p.tokens -= bytes as f64;
+            p.period = period(srtt);
         }
         self.window_bytes += bytes as u64;
         let span = now.saturating_sub(self.window_start);
@@ -285,6 +293,21 @@ mod tests {
         // A round trip after the cut, a CNP cuts again.
         s.on_cnp(now, srtt);
         assert!(s.rate().unwrap() < cut);
+    }
+
+    #[test]
+    fn a_cnp_before_the_first_round_trip_ends_starts_from_what_was_sent() {
+        let srtt = Some(10_000_000);
+        let mut s = SendRate::default();
+        let mut now = 0;
+        for _ in 0..5 {
+            now += 10_000;
+            s.sent(now, 10_000, srtt);
+        }
+        // 50 us into a 10 ms measuring window, at 1 byte per ns.
+        s.on_cnp(now, srtt);
+        let r = s.rate().unwrap();
+        assert!((r - 0.5).abs() < 0.05, "rate {r}");
     }
 
     #[test]

@@ -347,8 +347,8 @@ fn send_one(
     let wqe = &qp.req.sq[qp.req.send_pos];
     let seg = segment(wqe, k, qp.mtu());
     let mut bth = Bth::new(Opcode::RcSendOnly, qp.attr.dest_qp_num, cur);
-    // A slow (paced) QP also asks by time, so that its ACKs come well
-    // within the loss-probe timeout.
+    // Also by time, at least once per quarter round trip: a slow (paced)
+    // QP's ACKs then come well within its loss-probe timeout.
     let ack_gap = qp.req.rtt.srtt().map(|s| (s / 4).max(MIN_ACK_GAP_NS));
     let ack_due = ack_gap.is_some_and(|g| cx.now.saturating_sub(qp.req.ack_req_at) >= g);
     bth.ack_req = rc
@@ -358,12 +358,12 @@ fn send_one(
             || (k + 1).is_multiple_of(ACK_EVERY)
             || window_full_next
             || ack_due);
-    if bth.ack_req {
-        qp.req.ack_req_at = cx.now;
-    }
     bth.selective = rc && cx.selective;
     let repr =
         request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;
+    if bth.ack_req {
+        qp.req.ack_req_at = cx.now;
+    }
     let has_payload = repr.bth.opcode.info().has_payload;
     let staged = match &wqe.payload {
         // A message of several packets is read a run of packets at once

@@ -217,7 +217,9 @@ impl UdpDriver {
         let mut targets = Vec::with_capacity(internal.len());
         for (target, datagrams) in internal {
             let bytes: usize = datagrams.iter().map(Vec::len).sum();
-            let many = bytes >= super::loopback::HANDOFF_BYTES;
+            // Never to this device itself: its inbox is drained below.
+            let many = bytes >= super::loopback::HANDOFF_BYTES
+                && !std::ptr::eq(Arc::as_ptr(&target), self);
             target.inbox.push(self.local, datagrams);
             targets.push((target, many));
         }
@@ -536,8 +538,8 @@ impl UdpDriver {
             };
 
             if got.is_ok() {
-                // A wake-up (an empty datagram from this socket) is no
-                // traffic to keep polling for.
+                // An empty datagram (a peer's, or a wake-up from an older
+                // build of this code) is no traffic to keep polling for.
                 if batch
                     .iter()
                     .any(|(_, d, _)| d.is_some_and(|d| !d.is_empty()))

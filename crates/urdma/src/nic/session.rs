@@ -25,8 +25,9 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-/// Most send queues a session polls: a scan of each costs a cache miss
-/// or two per round, and beyond this many doorbells cost less.
+/// A session with more send queues than this polls none of them: a scan
+/// of each costs a cache miss or two per round, and beyond this many
+/// doorbells cost less.
 const MAX_POLLED_RINGS: usize = 64;
 
 /// CQ numbers a session may hold reserved before it creates the CQs.
@@ -77,7 +78,7 @@ pub struct Session {
     /// The send queues of its QPs, which the session thread polls while
     /// the driver is busy.
     send_rings: HashMap<u32, Arc<WorkRing>>,
-    /// The send queues are polled (see [`Session::start_polling`]).
+    /// The send queues are polled (see [`Session::handle_doorbells`]).
     polling: bool,
     srqs: HashSet<u32>,
     captures: Vec<Arc<crate::fabric::capture::Capture>>,
@@ -528,12 +529,9 @@ impl Session {
                 let Request::Doorbell { qpn } = req else {
                     continue;
                 };
-                let rung = match self.qps.contains(&qpn) {
-                    true => e.doorbell(now, qpn),
-                    false => Err(not_found("QP", qpn)),
-                };
-                if let Err(err) = rung {
-                    tracing::debug!(pid = self.pid, error = %err, "doorbell refused");
+                match self.qps.contains(&qpn) {
+                    true => ring_bell(e, now, qpn, self.pid),
+                    false => tracing::debug!(pid = self.pid, qpn, "doorbell of an unknown QP"),
                 }
             }
         });
@@ -560,9 +558,8 @@ impl Session {
         };
         dev.driver.with_engine(|e, now| {
             for qpn in due {
-                let taken = self.send_rings.get(&qpn).is_some_and(|r| r.take_bell());
-                if let Err(err) = taken.then(|| e.doorbell(now, qpn)).transpose() {
-                    tracing::debug!(pid = self.pid, error = %err, "polled doorbell refused");
+                if self.send_rings.get(&qpn).is_some_and(|r| r.take_bell()) {
+                    ring_bell(e, now, qpn, self.pid);
                 }
             }
         });
@@ -579,9 +576,7 @@ impl Session {
         dev.driver.with_engine(|e, now| {
             for (&qpn, ring) in &self.send_rings {
                 if !ring.stop_polling() {
-                    if let Err(err) = e.doorbell(now, qpn) {
-                        tracing::debug!(pid = self.pid, error = %err, "doorbell refused");
-                    }
+                    ring_bell(e, now, qpn, self.pid);
                 }
             }
         });
@@ -723,6 +718,14 @@ fn only_fd(fds: &mut Vec<OwnedFd>, what: &str) -> Result<OwnedFd> {
     match (fds.pop(), fds.is_empty()) {
         (Some(fd), true) => Ok(fd),
         _ => Err(Error::inval(format!("{what} is missing"))),
+    }
+}
+
+/// Take what a driver (process `pid`) posted to QP `qpn`, as its doorbell
+/// asks; a refusal (the QP is gone) is only logged.
+fn ring_bell(e: &mut crate::engine::Engine, now: u64, qpn: u32, pid: u32) {
+    if let Err(err) = e.doorbell(now, qpn) {
+        tracing::debug!(pid, qpn, error = %err, "doorbell refused");
     }
 }
 
