@@ -132,48 +132,49 @@ pub fn reap(cq: &Cq, max: usize) -> Result<Vec<WorkCompletion>> {
     let wcs = cq
         .wait(max, Some(WAIT))
         .context("waiting for completions")?;
-    for wc in &wcs {
-        if wc.status != WcStatus::Success {
-            bail!("work request {} failed: {:?}", wc.wr_id, wc.status);
-        }
-    }
+    wcs.iter().try_for_each(succeeded)?;
     Ok(wcs)
+}
+
+/// An error unless `wc` reports success.
+fn succeeded(wc: &WorkCompletion) -> Result<()> {
+    if wc.status != WcStatus::Success {
+        bail!("work request {} failed: {:?}", wc.wr_id, wc.status);
+    }
+    Ok(())
+}
+
+/// Call `look` until it finds something, yielding the CPU between looks,
+/// for at most [`WAIT`]; `what` names what did not come.
+fn spin_for<T>(what: &str, mut look: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = look()? {
+            return Ok(v);
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("no {what} within {WAIT:?}");
+        }
+        std::hint::spin_loop();
+        std::thread::yield_now();
+    }
 }
 
 /// Poll `cq` until a completion comes, as perftest's latency tests do
 /// (no sleep and wake-up between), and insist that it succeeded.
 pub fn reap_polling(cq: &Cq) -> Result<WorkCompletion> {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        if let Some(wc) = cq.poll(1)?.pop() {
-            if wc.status != WcStatus::Success {
-                bail!("work request {} failed: {:?}", wc.wr_id, wc.status);
-            }
-            return Ok(wc);
-        }
-        if std::time::Instant::now() > deadline {
-            bail!("no completion within {WAIT:?}");
-        }
-        std::hint::spin_loop();
-        std::thread::yield_now();
-    }
+    let wc = spin_for("completion", || Ok(cq.poll(1)?.pop()))?;
+    succeeded(&wc)?;
+    Ok(wc)
 }
 
 /// Spin until byte `off` of `mr` equals `stamp`.
 pub fn wait_stamp(mr: &Mr, off: usize, stamp: u8) -> Result<()> {
-    let deadline = std::time::Instant::now() + WAIT;
     let mut b = [0u8];
-    loop {
+    spin_for("RDMA WRITE", || {
         mr.read_at(off, &mut b)?;
-        if b[0] == stamp {
-            return Ok(());
-        }
-        if std::time::Instant::now() > deadline {
-            bail!("no RDMA WRITE arrived within {WAIT:?}");
-        }
-        std::hint::spin_loop();
-        std::thread::yield_now();
-    }
+        Ok((b[0] == stamp).then_some(()))
+    })
 }
 
 /// Write `stamp` into byte `off` of `mr`, retrying while an earlier

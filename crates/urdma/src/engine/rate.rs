@@ -107,12 +107,14 @@ impl SendRate {
     pub fn on_cnp(&mut self, now: u64, srtt: Option<u64>) {
         self.advance(now);
         // Before the first measuring window ends, what it holds so far.
-        let measured = match now.saturating_sub(self.window_start) {
-            _ if self.peak > 0.0 => self.peak,
-            0 => 0.0,
-            span => self.window_bytes as f64 / span as f64,
+        let span = now.saturating_sub(self.window_start);
+        let measured = if self.peak > 0.0 || span == 0 {
+            self.peak
+        } else {
+            self.window_bytes as f64 / span as f64
         };
         let start = measured.max(MIN_RATE);
+        let period = period(srtt);
         let first = self.paced.is_none();
         let p = self.paced.get_or_insert(Paced {
             rc: start,
@@ -121,13 +123,13 @@ impl SendRate {
             alpha_at: now,
             increase_at: now,
             cut_at: now,
-            period: period(srtt),
+            period,
             steps: 0,
             tokens: burst(start),
             tokens_at: now,
             ceiling: 2.0 * start,
         });
-        p.period = period(srtt);
+        p.period = period;
         if first || now.saturating_sub(p.cut_at) >= p.period {
             p.rt = p.rc;
             p.rc = (p.rc * (1.0 - p.alpha / 2.0)).max(MIN_RATE);

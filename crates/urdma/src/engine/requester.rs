@@ -42,8 +42,8 @@ pub struct Stage {
 
 impl Stage {
     /// The key of `wqe`'s bytes.
-    fn key(wqe: &SendWqe) -> Option<(u32, u64)> {
-        Some((wqe.first_psn, wqe.wr_id))
+    fn key(wqe: &SendWqe) -> (u32, u64) {
+        (wqe.first_psn, wqe.wr_id)
     }
 
     /// The `len` payload bytes at message offset `off` of `wqe`: from
@@ -57,7 +57,7 @@ impl Stage {
         (off, len): (usize, usize),
         fill: bool,
     ) -> Result<Option<&[u8]>, tx::PayloadError> {
-        let owner = Self::key(wqe);
+        let owner = Some(Self::key(wqe));
         if self.owner != owner {
             if !fill {
                 return Ok(None);
@@ -79,7 +79,7 @@ impl Stage {
     /// Forget the bytes of `wqe`, if these are its, and give their memory
     /// back.
     fn release(&mut self, wqe: &SendWqe) {
-        if self.owner == Self::key(wqe) {
+        if self.owner == Some(Self::key(wqe)) {
             *self = Stage::default();
         }
     }

@@ -380,10 +380,8 @@ impl Session {
                         let _ = d.call(DestroyQp { qpn });
                         return Err(e);
                     }
+                    // Polled from the next doorbell batch on.
                     Ok(Some(sq)) => {
-                        if self.polling && self.send_rings.len() < MAX_POLLED_RINGS {
-                            d.with_engine(|_, _| sq.start_polling());
-                        }
                         self.send_rings.insert(qpn, sq);
                         if self.send_rings.len() > MAX_POLLED_RINGS {
                             self.stop_polling();
@@ -517,10 +515,10 @@ impl Session {
             return;
         };
         let poll = poll && self.send_rings.len() <= MAX_POLLED_RINGS;
-        let start = poll && !self.polling;
         self.polling |= poll;
         dev.driver.with_engine(|e, now| {
-            if start {
+            if poll {
+                // Rings already polled are left as they are.
                 for ring in self.send_rings.values() {
                     ring.start_polling();
                 }
@@ -553,7 +551,10 @@ impl Session {
             .filter(|(_, r)| r.poll_due())
             .map(|(&qpn, _)| qpn)
             .collect();
-        let Some(dev) = self.device.clone().filter(|_| !due.is_empty()) else {
+        if due.is_empty() {
+            return false;
+        }
+        let Some(dev) = self.device.clone() else {
             return false;
         };
         dev.driver.with_engine(|e, now| {
