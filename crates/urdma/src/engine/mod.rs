@@ -17,7 +17,7 @@ mod objects;
 pub(crate) mod psn;
 pub(crate) mod qp;
 pub mod rate;
-mod requester;
+pub(crate) mod requester;
 mod responder;
 pub(crate) mod rings;
 pub mod rtt;

@@ -477,6 +477,28 @@ fn send_runs(fd: RawFd, items: &[crate::engine::Transmit], runs: &[Run]) -> (usi
     (failed, refused)
 }
 
+/// Feed `items` to `handle` in parts of at most `part` items (at least
+/// one part, empty if there are no items), passing `state` through
+/// `between` after each part that more items follow: a receive thread
+/// handles a batch a part at a time and sends what each part called for
+/// before it goes on.
+pub fn in_parts<I: Iterator, S>(
+    mut state: S,
+    items: I,
+    part: usize,
+    mut handle: impl FnMut(&mut S, std::iter::Take<&mut std::iter::Peekable<I>>),
+    mut between: impl FnMut(S) -> S,
+) -> S {
+    let mut items = items.peekable();
+    loop {
+        handle(&mut state, items.by_ref().take(part.max(1)));
+        if items.peek().is_none() {
+            return state;
+        }
+        state = between(state);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,5 +608,36 @@ mod tests {
             .iter()
             .all(|r| r.count <= MAX_SEGMENTS && r.count * 1000 <= MAX_GSO_BYTES));
         assert_eq!(r.iter().map(|r| r.count).sum::<usize>(), 200);
+    }
+
+    #[test]
+    fn a_batch_is_handled_in_parts_with_a_step_between_each_two() {
+        let (parts, steps) = in_parts(
+            (Vec::new(), 0),
+            0..10,
+            4,
+            |(parts, _), part| parts.push(part.collect::<Vec<_>>()),
+            |(parts, steps)| (parts, steps + 1),
+        );
+        assert_eq!(parts, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
+        assert_eq!(steps, 2);
+        let (parts, steps) = in_parts(
+            (Vec::new(), 0),
+            0..8,
+            4,
+            |(parts, _), part| parts.push(part.collect::<Vec<_>>()),
+            |(parts, steps)| (parts, steps + 1),
+        );
+        assert_eq!(parts.len(), 2);
+        assert_eq!(steps, 1);
+        let (parts, steps) = in_parts(
+            (Vec::new(), 0),
+            std::iter::empty::<u8>(),
+            4,
+            |(parts, _), part| parts.push(part.collect::<Vec<_>>()),
+            |(parts, steps)| (parts, steps + 1),
+        );
+        assert_eq!(parts, vec![Vec::<u8>::new()]);
+        assert_eq!(steps, 0);
     }
 }

@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 
 /// Socket buffer size asked for (the kernel may grant less).
 const SOCKET_BUFFER: usize = 16 << 20;
+/// Packets of a received batch handled before the ACKs they call for are
+/// sent: a quarter of a send window, so a sender whose window one batch
+/// fills hears of progress while the rest of the batch is handled.
+const ACK_CHUNK: usize = (crate::engine::requester::WINDOW / 4) as usize;
 
 /// A device's engine bound to a UDP socket.
 pub struct UdpDriver {
@@ -574,7 +578,18 @@ impl UdpDriver {
                             }
                             _ => None,
                         });
-                    eng.handle_batch_ecn(now, items);
+                    // A batch can hold a sender's whole window: the ACKs
+                    // leave after each part of it, not after the last.
+                    eng = super::batch::in_parts(
+                        eng,
+                        items,
+                        ACK_CHUNK,
+                        |eng, part| eng.handle_batch_ecn(now, part),
+                        |eng| {
+                            self.flush(eng);
+                            self.lock()
+                        },
+                    );
                     eng.count_oversized(truncated);
                 }
                 Err(e)
