@@ -15,6 +15,7 @@
 
 use std::alloc::{self, Layout};
 use std::fs::File;
+use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
@@ -107,6 +108,31 @@ impl KernelMem {
         }
         Ok(())
     }
+}
+
+/// Read `len` bytes at `offset` of `file` into `buf`, as many `pread`s as
+/// it takes.
+fn pread_all(file: &File, buf: *mut u8, len: usize, offset: u64) -> Result<(), MemError> {
+    let mut done = 0;
+    while done < len {
+        // SAFETY: buf is valid for writes of len bytes (the caller's
+        // buffer), and done < len.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                buf.add(done).cast(),
+                len - done,
+                (offset + done as u64) as libc::off_t,
+            )
+        };
+        match n {
+            n if n > 0 => done += n as usize,
+            n if n < 0
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return Err(MemError::Unreachable),
+        }
+    }
+    Ok(())
 }
 
 /// A contiguous range of memory that the engine may read and write.
@@ -281,41 +307,42 @@ impl MemRegion {
 
     /// Copy `dst.len()` bytes starting at `offset` out of the region.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        // SAFETY: u8 and MaybeUninit<u8> have one layout, and read_uninit
+        // only writes initialized bytes into the slice.
+        let dst = unsafe { &mut *(dst as *mut [u8] as *mut [MaybeUninit<u8>]) };
+        self.read_uninit(offset, dst)
+    }
+
+    /// Copy `dst.len()` bytes starting at `offset` into `dst`, which need
+    /// not be initialized; on success every byte of it is.
+    fn read_uninit(&self, offset: usize, dst: &mut [MaybeUninit<u8>]) -> Result<(), MemError> {
         let _guard = self.lock.read().unwrap_or_else(|e| e.into_inner());
         self.check(offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
+        let (buf, len) = (dst.as_mut_ptr().cast::<u8>(), dst.len());
         if let Some(p) = &self.process {
-            return p
-                .mem
-                .read_exact_at(dst, p.base + offset as u64)
-                .map_err(|_| MemError::Unreachable);
+            return pread_all(&p.mem, buf, len, p.base + offset as u64);
         }
         if let Some(k) = &self.kernel {
-            return k.access(offset, dst.as_mut_ptr(), dst.len(), false);
+            return k.access(offset, buf, len, false);
         }
         // SAFETY: check() proved offset + len <= self.len, and the region is
         // valid for self.len bytes; dst is a distinct Rust buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), buf, len) };
         Ok(())
     }
 
-    /// Append `len` bytes starting at `offset` to `out`.
+    /// Append `len` bytes starting at `offset` to `out` (the room they
+    /// take is not zeroed first).
     pub fn read_into(&self, offset: usize, len: usize, out: &mut Vec<u8>) -> Result<(), MemError> {
-        let start = out.len();
-        out.resize(start + len, 0);
-        let r = self.read(offset, &mut out[start..]);
-        if r.is_err() {
-            out.truncate(start);
-        }
-        r
+        out.reserve(len);
+        self.read_uninit(offset, &mut out.spare_capacity_mut()[..len])?;
+        // SAFETY: read_uninit initialized the first `len` bytes of the
+        // spare capacity, which reserve() made at least `len` long.
+        unsafe { out.set_len(out.len() + len) };
+        Ok(())
     }
 
     /// Copy `src` into the region at `offset`.
