@@ -2,7 +2,9 @@
 //! PSN wrap-around, a small READ/atomic credit, and RNR with WRs queued
 //! behind the stalled SEND.
 
-use crate::harness::{assert_wc, check, expect_ok, fill, sge, wait_wc, Fixture, Link, ALL};
+use crate::harness::{
+    assert_wc, check, expect_ok, fill, packet_payload, sge, wait_wc, Fixture, Link, ALL,
+};
 use crate::ops::{assert_recv, check_peer_region, peer_u64, BG};
 use crate::proto::{Cmd, ConnOpts, QpInfo};
 use std::time::Duration;
@@ -143,17 +145,18 @@ fn connect_at_psn(f: &mut Fixture, sq_psn: u32) -> Link {
 pub fn psn_wraparound() {
     let mut f = Fixture::new();
     let l = connect_at_psn(&mut f, 0xFF_FFF0);
-    let size = 1 << 18;
+    // 40 packets: PSN 0xFFFFF0 .. 0x000017.
+    let len = 40 * packet_payload(1024);
+    let size = (1 << 18).max(len + 64);
     let local = f.mr(size, ALL);
     fill(&local, 0, size, 300);
     let remote = f.peer_mr(size, ALL);
     f.peer.fill(remote.id, 0, size, BG);
-    // 40 packets: PSN 0xFFFFF0 .. 0x000017.
-    let s = [local.slice(0, 40 * 1024).unwrap()];
+    let s = [local.slice(0, len).unwrap()];
     l.qp.post_send(SendWr::write(1, &s, remote.addr + 7, remote.rkey))
         .unwrap();
     expect_ok(&f.cq, 1, WcOpcode::RdmaWrite);
-    check_peer_region(&mut f, remote.id, size, 7, 40 * 1024, 300);
+    check_peer_region(&mut f, remote.id, size, 7, len, 300);
     let sq = l.qp.query().unwrap().sq_psn;
     assert_eq!(sq, 0x18, "sq_psn after wrapping");
     assert_eq!(
@@ -183,7 +186,9 @@ pub fn psn_wraparound() {
 /// The same wrap with a READ spanning it.
 pub fn psn_wraparound_read() {
     let mut f = Fixture::new();
-    let l = connect_at_psn(&mut f, 0xFF_FFFA);
+    // Two PSNs before the wrap: the READ's responses cross it in pieces
+    // of the path MTU and of the internal unit alike.
+    let l = connect_at_psn(&mut f, 0xFF_FFFE);
     let remote = f.peer_mr(1 << 17, ALL);
     f.peer.fill(remote.id, 0, 1 << 17, 301);
     let local = f.mr(1 << 17, ALL);

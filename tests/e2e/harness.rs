@@ -216,6 +216,20 @@ impl Drop for Peer {
     }
 }
 
+/// Payload bytes per packet of an RC QP at path MTU `mtu` between a
+/// fixture's two devices: devices of one NIC (the shared agent with
+/// internal loopback on) cut messages into pieces of
+/// [`urdma::engine::INTERNAL_UNIT`] instead; over UDP
+/// (`URDMA_LOOPBACK=udp`, or NICs inside each process) the path MTU holds.
+pub fn packet_payload(mtu: usize) -> usize {
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    if var("URDMA_LOOPBACK") == "udp" || var("URDMA_NIC") == "embedded" {
+        mtu
+    } else {
+        urdma::engine::INTERNAL_UNIT
+    }
+}
+
 /// One local device and one peer device, each with a PD and a CQ.
 pub struct Fixture {
     /// The peer process (declared first: dropped first).

@@ -2,7 +2,9 @@
 //! several QPs at once, the peer as requester, and multi-packet messages
 //! at every path MTU with unaligned lengths and offsets.
 
-use crate::harness::{assert_wc, check, expect_ok, fill, sge, wait_wc, Fixture, ALL};
+use crate::harness::{
+    assert_wc, check, expect_ok, fill, packet_payload, sge, wait_wc, Fixture, ALL,
+};
 use crate::ops::{assert_peer_cq_empty, assert_recv, check_local_region, check_peer_region, BG};
 use crate::proto::{ConnOpts, WrSpec};
 use std::time::Duration;
@@ -367,8 +369,9 @@ pub fn mtu(mtu: usize) {
     }
     assert_peer_cq_empty(&mut f);
     let pkts = f.dev.counters()[Counter::TxPackets] as usize;
+    let unit = packet_payload(mtu);
     assert!(
-        pkts >= 2 * ((1 << 20) / mtu),
-        "not segmented by the MTU: {pkts}"
+        pkts >= 2 * ((1 << 20) / unit),
+        "not segmented by {unit} bytes: {pkts} packets"
     );
 }

@@ -31,6 +31,7 @@
 //! ```
 
 pub mod api;
+pub mod bufpool;
 pub mod cm;
 pub mod config;
 pub mod cq;

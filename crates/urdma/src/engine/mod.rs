@@ -45,6 +45,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use urdma_wire::{IcrcContext, OpKind, WireError};
 
+/// Tells whether an address is served by a device of the same NIC, whose
+/// packets the fabric hands over internally (memory to memory, no wire).
+pub type InternalPeerTest = Arc<dyn Fn(SocketAddr) -> bool + Send + Sync>;
+
+/// Payload bytes per packet of an RC or UC QP whose peer is served by the
+/// same NIC: both ends are this NIC's engines and no packet crosses a
+/// link, so messages are cut into pieces of this size instead of the path
+/// MTU (as an RNIC's internal loopback moves memory without a wire
+/// format). It keeps a packet within an IPv4 datagram's size, so that
+/// captures of internal traffic stay readable.
+pub const INTERNAL_UNIT: usize = 32 * 1024;
+
 /// A datagram for the fabric to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
@@ -168,6 +180,8 @@ pub struct Engine {
     gsi_psn: u32,
     /// Datagrams for the kernel's QP 1, when the kernel has one.
     kernel_gsi: Option<Vec<gsi::GsiDatagram>>,
+    /// Which peers the fabric reaches internally ([`INTERNAL_UNIT`]).
+    internal_peer: Option<InternalPeerTest>,
 }
 
 impl Engine {
@@ -205,7 +219,17 @@ impl Engine {
             cm,
             gsi_psn,
             kernel_gsi: None,
+            internal_peer: None,
         }
+    }
+
+    /// Say how to tell the peers that the fabric reaches internally (a
+    /// device of the same NIC): RC and UC QPs connected to one at RTR
+    /// carry messages in pieces of [`INTERNAL_UNIT`] bytes. Both ends of
+    /// such a connection are engines of this NIC and make the same
+    /// choice. Unset (the default), every QP uses its path MTU.
+    pub fn set_internal_peer_test(&mut self, test: InternalPeerTest) {
+        self.internal_peer = Some(test);
     }
 
     /// Offer and accept selective retransmission on RC QPs (on by

@@ -181,6 +181,9 @@ pub struct QpCtx {
     pub port_mtu: crate::types::Mtu,
     /// Work queues in the memory of a driver in another process.
     pub rings: super::rings::QpRings,
+    /// The peer is served by the same NIC: packets carry
+    /// [`super::INTERNAL_UNIT`] bytes instead of the path MTU.
+    pub internal: bool,
 }
 
 impl QpCtx {
@@ -217,6 +220,7 @@ impl QpCtx {
             counters: Counters::default(),
             port_mtu: crate::types::Mtu::Mtu4096,
             rings: Default::default(),
+            internal: false,
         }
     }
 
@@ -231,9 +235,14 @@ impl QpCtx {
         self.attr.qp_state
     }
 
-    /// Path MTU in bytes.
+    /// Payload bytes per packet: the path MTU, or
+    /// [`super::INTERNAL_UNIT`] when the peer is served by the same NIC.
     pub fn mtu(&self) -> usize {
-        self.attr.path_mtu.bytes()
+        if self.internal {
+            super::INTERNAL_UNIT
+        } else {
+            self.attr.path_mtu.bytes()
+        }
     }
 
     /// Retransmission timeout in ns (None = infinite, timeout code 0).
@@ -370,6 +379,7 @@ impl QpCtx {
         self.rq.clear();
         super::rings::discard(&self.rings);
         self.remote = None;
+        self.internal = false;
         let cap = self.cap;
         self.attr = QpAttr {
             cap,

@@ -68,7 +68,7 @@ pub fn send(
         PayloadSrc::Bytes(b) => b.len(),
         PayloadSrc::Gather(_, _, n) | PayloadSrc::Region(_, _, n) => n,
     };
-    let mut out = Vec::with_capacity(repr.header_len() + plen + 8);
+    let mut out = crate::bufpool::take(repr.header_len() + plen + 8);
     if urdma_wire::emit_headers(repr, plen, &mut out).is_err() {
         tracing::error!(?repr, "engine built an inconsistent header");
         return Err(PayloadError);

@@ -118,6 +118,9 @@ impl UdpDriver {
     /// Bind the device socket at `local` and wrap `engine`.
     pub fn bind(name: &str, local: SocketAddr, mut engine: Engine) -> std::io::Result<Arc<Self>> {
         engine.set_selective(crate::config::selective());
+        engine.set_internal_peer_test(std::sync::Arc::new(|peer| {
+            super::loopback::lookup(peer).is_some()
+        }));
         let (socket, ecn) = make_socket(local)?;
         engine.set_ecn(ecn);
         let local = socket.local_addr()?;
@@ -220,9 +223,8 @@ impl UdpDriver {
         // Queued in engine order, taken (below) with nothing held.
         let mut targets = Vec::with_capacity(internal.len());
         for (target, datagrams) in internal {
-            let bytes: usize = datagrams.iter().map(Vec::len).sum();
             // Never to this device itself: its inbox is drained below.
-            let many = bytes >= super::loopback::HANDOFF_BYTES
+            let many = datagrams.len() >= super::loopback::HANDOFF_PACKETS
                 && !std::ptr::eq(Arc::as_ptr(&target), self);
             target.inbox.push(self.local, datagrams);
             targets.push((target, many));
@@ -230,6 +232,7 @@ impl UdpDriver {
         let mut external = external;
         let failed = super::batch::send_all(self.socket.as_raw_fd(), &mut external);
         drop(sending);
+        crate::bufpool::give_all(external.into_iter().map(|t| t.data));
         for (target, many) in targets {
             if many {
                 target.wake_for_inbox();
@@ -340,6 +343,7 @@ impl UdpDriver {
         let now = self.now();
         self.handle_internal(&mut eng, now, &internal);
         self.flush(eng);
+        crate::bufpool::give_all(internal.into_iter().map(|(_, d)| d));
         true
     }
 

@@ -313,6 +313,7 @@ impl Engine {
     pub(crate) fn modify_qp(&mut self, now: u64, qpn: u32, attr: &QpAttr, mask: M) -> Result<()> {
         let dev = self.attr.clone();
         let local = self.local;
+        let internal_peer = self.internal_peer.clone();
         let (qp, mut cx) = self.qp_and_ctx(now, qpn)?;
         let cur = qp.state();
         let to = check_transition(qp.qp_type, cur, mask, attr.qp_state, attr.cur_qp_state)?;
@@ -327,6 +328,11 @@ impl Engine {
                 qp.enter_error(&mut cx, None);
             }
             QpState::Rtr if cur == QpState::Init => {
+                qp.internal = matches!(qp.qp_type, QpType::Rc | QpType::Uc)
+                    && qp
+                        .remote
+                        .zip(internal_peer)
+                        .is_some_and(|(peer, test)| test(peer));
                 qp.attr.qp_state = QpState::Rtr;
                 qp.resp.epsn = qp.attr.rq_psn;
                 qp.resp.nak_sent = false;
