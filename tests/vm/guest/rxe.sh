@@ -242,8 +242,10 @@ capture() {
 
 # figures: one program's figure for each pair of stacks, side by side, as
 # information: urdma to urdma (across a second veth, between $NS and
-# $NS2), urdma to rxe and back (the veth above), rxe to rxe over its own
-# loopback device.
+# $NS2), urdma to rxe and back (the veth above), urdma over its own
+# loopback (one NIC, 127.0.0.1 to 127.0.0.2 in $NS2; with
+# RXE_FIGURES_MORE=1, which also adds 1 MiB WRITEs and WRITE latency) and
+# rxe over its own loopback device.
 NS2=urdma-rxe2
 figures() {
   ip netns add $NS2 &&
@@ -257,9 +259,11 @@ figures() {
     [ "$(cat "$f" 2>/dev/null)" = "0000:0000:0000:0000:0000:ffff:7f00:0001" ] && { gl=${f##*/}; break; }
   done
   local prog args row pair out
-  for prog in "ib_write_bw -s 65536 -n 500" "ib_read_bw -s 65536 -n 500" "ib_send_lat -s 2 -n 500" "ib_read_lat -s 2 -n 500"; do
+  local progs=("ib_write_bw -s 65536 -n 500" "ib_read_bw -s 65536 -n 500" "ib_send_lat -s 2 -n 500" "ib_read_lat -s 2 -n 500")
+  [ -n "${RXE_FIGURES_MORE:-}" ] && progs+=("ib_write_bw -s 1048576 -n 100" "ib_write_lat -s 2 -n 500")
+  for prog in "${progs[@]}"; do
     row=
-    for pair in urdma-urdma urdma-rxe rxe-urdma rxe-lo; do
+    for pair in urdma-urdma urdma-rxe rxe-urdma ${RXE_FIGURES_MORE:+urdma-lo} rxe-lo; do
       set -- $prog
       case $pair in
         urdma-urdma)
@@ -276,6 +280,10 @@ figures() {
           wait_listen "$sns" 18515
           end $c -x "$@" -F "$peer"
           timeout 120 "${CMD[@]}" >"$W/cli" 2>&1 ;;
+        urdma-lo)
+          timeout 120 ip netns exec $NS2 "$U" run --addr 127.0.0.2 -- "$@" -d urdma0 -x 0 -F >"$W/srv" 2>&1 &
+          wait_listen $NS2 18515
+          timeout 120 ip netns exec $NS2 "$U" run --addr 127.0.0.1 -- "$@" -d urdma0 -x 0 -F 127.0.0.2 >"$W/cli" 2>&1 ;;
         rxe-lo)
           timeout 120 "$@" -d rxelo -x "$gl" -F >"$W/srv" 2>&1 &
           wait_listen "" 18515
