@@ -4,7 +4,7 @@
 
 use crate::mem::{MemError, MemRegion};
 use crate::types::AccessFlags;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Registered regions by key (L_Key and R_Key are equal).
@@ -61,7 +61,7 @@ impl MrEntry {
             iova,
             mem,
             invalidatable: false,
-            inflight: Mutex::new(std::collections::HashMap::new()),
+            inflight: Mutex::new(std::collections::HashMap::default()),
         }
     }
 
@@ -276,7 +276,7 @@ mod tests {
     #[test]
     fn lookup_by_key() {
         let m = entry(100, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ);
-        let mrs = MrTable::from([(7, m.clone())]);
+        let mrs = MrTable::from_iter([(7, m.clone())]);
         let (found, off) = lookup(&mrs, 7, 1, 0x1008, 8, AccessFlags::REMOTE_READ).unwrap();
         assert!(Arc::ptr_eq(found, &m));
         assert_eq!(off, 8);

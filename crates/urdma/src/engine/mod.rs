@@ -40,7 +40,8 @@ use crate::mr::MrEntry;
 use crate::types::{AsyncEvent, AsyncEventKind};
 use crate::verbs::DeviceAttr;
 use qp::QpCtx;
-use std::collections::{HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use urdma_wire::{IcrcContext, OpKind, WireError};
@@ -198,11 +199,11 @@ impl Engine {
         Engine {
             local,
             attr,
-            pds: HashSet::new(),
+            pds: HashSet::default(),
             next_pd: 1,
-            mrs: HashMap::new(),
-            mws: mw::MwTable::new(),
-            qps: HashMap::new(),
+            mrs: HashMap::default(),
+            mws: mw::MwTable::default(),
+            qps: HashMap::default(),
             next_qpn,
             tx: VecDeque::new(),
             counters: Counters::default(),
@@ -213,7 +214,7 @@ impl Engine {
             held_budget: Arc::default(),
             selective: true,
             ecn: true,
-            srqs: HashMap::new(),
+            srqs: HashMap::default(),
             next_srqn: 1,
             idents: ident::SenderIdents::default(),
             cm,

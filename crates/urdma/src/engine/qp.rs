@@ -83,7 +83,7 @@ pub struct ReqState {
     pub sack_high: Option<u32>,
     /// When each packet resent alone (not yet acknowledged) was last
     /// resent, by PSN.
-    pub resent_at: std::collections::HashMap<u32, u64>,
+    pub resent_at: rustc_hash::FxHashMap<u32, u64>,
     /// Requests posted behind a local operation (bind, invalidate) that
     /// waits for the SQ to empty, in posting order (see
     /// [`super::local_ops`]).

@@ -9,7 +9,7 @@
 
 use super::udp::UdpDriver;
 use crate::engine::Transmit;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 

@@ -20,7 +20,7 @@ use crate::mr::MrEntry;
 use crate::types::QpAttrMask;
 use crate::verbs::QpCap;
 use crate::wq::{self, WorkRing};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -105,15 +105,15 @@ impl Session {
             mem: Arc::new(mem),
             events: Arc::new(EventSink::new(events)),
             device: None,
-            pds: HashSet::new(),
-            mrs: HashMap::new(),
-            mws: HashSet::new(),
-            reserved_cqs: HashSet::new(),
-            cqs: HashMap::new(),
-            qps: HashSet::new(),
-            send_rings: HashMap::new(),
+            pds: HashSet::default(),
+            mrs: HashMap::default(),
+            mws: HashSet::default(),
+            reserved_cqs: HashSet::default(),
+            cqs: HashMap::default(),
+            qps: HashSet::default(),
+            send_rings: HashMap::default(),
             polling: false,
-            srqs: HashSet::new(),
+            srqs: HashSet::default(),
             captures: Vec::new(),
             reported: None,
         }

@@ -9,7 +9,7 @@ const BASE: u64 = 0x1_0000;
 
 fn mrs(access: A) -> MrTable {
     let mr = MrEntry::new(MR_KEY, PD, access, BASE, MemRegion::allocate(4096).unwrap());
-    MrTable::from([(MR_KEY, Arc::new(mr))])
+    MrTable::from_iter([(MR_KEY, Arc::new(mr))])
 }
 
 fn window(kind: MwType) -> (MwTable, u32) {
@@ -20,7 +20,7 @@ fn window(kind: MwType) -> (MwTable, u32) {
         rkey,
         bound: None,
     };
-    (MwTable::from([(index_of(rkey), mw)]), rkey)
+    (MwTable::from_iter([(index_of(rkey), mw)]), rkey)
 }
 
 fn bind_req(rkey: u32, addr: u64, len: u64, access: A) -> BindMw {

@@ -44,7 +44,7 @@ use super::reply;
 use crate::engine::qp::QpCtx;
 use crate::engine::{psn, Counter, Ctx};
 use crate::types::{QpState, QpType};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use urdma_wire::{Packet, PacketRepr};
