@@ -69,7 +69,8 @@ pub use icrc::{
 pub use ipv4::ipv4_header_sum;
 pub use opcode::{OpKind, Opcode, OpcodeInfo, Position, Transport};
 pub use packet::{
-    build, emit_headers, parse, parse_received, parse_unchecked, seal, Packet, PacketRepr,
+    build, close_unsealed, emit_headers, parse, parse_received, parse_unchecked, reseal, seal,
+    Packet, PacketRepr,
 };
 pub use reth::Reth;
 

@@ -154,7 +154,15 @@ impl Engine {
         // QP 1 keeps no counters of its own: the device's count it.
         let mut qp1 = Counters::default();
         let (_, mut cx) = self.split(now);
-        tx::send(&mut cx, &mut qp1, to, &repr, PayloadSrc::Bytes(payload)).map(drop)
+        tx::send(
+            &mut cx,
+            &mut qp1,
+            to,
+            &repr,
+            PayloadSrc::Bytes(payload),
+            tx::Icrc::Sealed,
+        )
+        .map(drop)
     }
 
     /// Whether the kernel has a QP 1 on this device (the kernel driver's

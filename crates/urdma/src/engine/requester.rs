@@ -380,7 +380,8 @@ fn send_one(
         _ => None,
     };
     let src = staged.map_or_else(|| payload_of(wqe, seg, has_payload), PayloadSrc::Bytes);
-    tx::send(cx, &mut qp.counters, dst, &repr, src)?;
+    let icrc = tx::Icrc::for_peer(qp.internal);
+    tx::send(cx, &mut qp.counters, dst, &repr, src, icrc)?;
     if seg.position.ends_message() {
         qp.req.stage.release(wqe);
     }
@@ -471,7 +472,7 @@ fn pump_ud(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             continue;
         };
         let src = payload_of(wqe, seg, true);
-        let status = match tx::send(cx, &mut qp.counters, ud.addr, &repr, src) {
+        let status = match tx::send(cx, &mut qp.counters, ud.addr, &repr, src, tx::Icrc::Sealed) {
             Ok(()) => WcStatus::Success,
             Err(_) => WcStatus::LocProtErr,
         };

@@ -55,6 +55,29 @@ impl ReadAhead {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PayloadError;
 
+/// Whether a packet gets its ICRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Icrc {
+    /// Computed, as every packet that may cross a link needs.
+    Sealed,
+    /// Left zero: the packet goes to a device of this NIC (a QP whose
+    /// peer is internal), whose receiver does not check it; a capture
+    /// fills it in ([`urdma_wire::reseal`]).
+    Internal,
+}
+
+impl Icrc {
+    /// What a connected QP's packets get: none between devices of this
+    /// NIC.
+    pub fn for_peer(internal: bool) -> Self {
+        if internal {
+            Icrc::Internal
+        } else {
+            Icrc::Sealed
+        }
+    }
+}
+
 /// Build a packet and queue it for `dst`.
 pub fn send(
     cx: &mut Ctx<'_>,
@@ -62,6 +85,7 @@ pub fn send(
     dst: SocketAddr,
     repr: &PacketRepr,
     payload: PayloadSrc<'_>,
+    icrc: Icrc,
 ) -> Result<(), PayloadError> {
     let plen = match payload {
         PayloadSrc::Empty => 0,
@@ -84,8 +108,11 @@ pub fn send(
             .read_into(off, n, &mut out)
             .map_err(|_| PayloadError)?,
     }
-    let ctx = IcrcContext { src: cx.local, dst };
-    if urdma_wire::seal(&mut out, &ctx).is_err() {
+    let closed = match icrc {
+        Icrc::Sealed => urdma_wire::seal(&mut out, &IcrcContext { src: cx.local, dst }),
+        Icrc::Internal => urdma_wire::close_unsealed(&mut out),
+    };
+    if closed.is_err() {
         tracing::error!(%dst, "cannot seal packet (address family mismatch)");
         return Err(PayloadError);
     }

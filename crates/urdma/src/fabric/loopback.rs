@@ -181,9 +181,13 @@ impl Routed {
         }
     }
 
-    /// Every datagram in the order the engine produced them.
-    pub fn all(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> {
-        self.out.iter().map(|t| (t.dst, t.data.as_slice()))
+    /// Every datagram in the order the engine produced them, with
+    /// whether it stays inside.
+    pub fn all(&self) -> impl Iterator<Item = (SocketAddr, &[u8], bool)> {
+        self.out
+            .iter()
+            .zip(&self.route)
+            .map(|(t, r)| (t.dst, t.data.as_slice(), r.is_some()))
     }
 
     /// The datagrams for each internal device, and those for the network.

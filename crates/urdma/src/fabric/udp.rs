@@ -214,8 +214,12 @@ impl UdpDriver {
         // in the capture. A program may exit without closing its device:
         // each batch reaches the file at once.
         self.each_capture(|cap| {
-            for (dst, data) in routed.all() {
-                cap.record(self.local, dst, data);
+            for (dst, data, internal) in routed.all() {
+                if internal {
+                    cap.record_internal(self.local, dst, data);
+                } else {
+                    cap.record(self.local, dst, data);
+                }
             }
             cap.flush();
         });
@@ -351,7 +355,7 @@ impl UdpDriver {
     fn handle_internal(&self, eng: &mut Engine, now: u64, internal: &[(SocketAddr, Vec<u8>)]) {
         self.each_capture(|cap| {
             for (src, data) in internal {
-                cap.record_received(*src, self.local, data);
+                cap.record_internal(*src, self.local, data);
             }
             cap.flush();
         });

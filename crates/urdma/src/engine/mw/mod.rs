@@ -16,8 +16,8 @@
 use crate::error::{Error, Result};
 use crate::mr::{MrCheckError, MrEntry, MrTable};
 use crate::types::{AccessFlags, WcStatus};
-use serde::{Deserialize, Serialize};
 use rustc_hash::FxHashMap as HashMap;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// Windows by the upper 24 bits of their R_Key.

@@ -19,7 +19,8 @@ const ACK: AckSyndrome = AckSyndrome::Ack {
 /// Queue a response for the connected peer.
 fn transmit(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSrc<'_>) {
     let Some(dst) = qp.remote else { return };
-    let _ = tx::send(cx, &mut qp.counters, dst, repr, payload);
+    let icrc = tx::Icrc::for_peer(qp.internal);
+    let _ = tx::send(cx, &mut qp.counters, dst, repr, payload, icrc);
 }
 
 /// Queue a response after any ACK held back, keeping responses in order.
