@@ -267,29 +267,33 @@ impl WorkRing {
                 return Some(Err(e));
             }
         }
+        thread_local! {
+            /// The request's bytes, copied out of the ring before they are
+            /// decoded (the producer may write the slot meanwhile); kept
+            /// from one request to the next.
+            static SLOT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
         let idx = self.cons.load(Relaxed);
         let off = self.slot_off(idx);
         let mut len = [0u8; LEN_PREFIX];
-        let mut buf = Vec::new();
-        let read = self.map.read_bytes(off, &mut len).and_then(|()| {
+        let decoded = SLOT.with(|slot| {
+            let mut buf = slot.borrow_mut();
+            self.map.read_bytes(off, &mut len).ok()?;
             let n = u32::from_ne_bytes(len) as usize;
             if n + LEN_PREFIX > self.slot_len {
-                return Err(io::Error::from(io::ErrorKind::InvalidData));
+                return None;
             }
             buf.resize(n, 0);
-            self.map.read_bytes(off + LEN_PREFIX, &mut buf)
+            self.map.read_bytes(off + LEN_PREFIX, &mut buf).ok()?;
+            // Lengths inside the request are bounded by the slot.
+            let decoder = options().with_limit(self.slot_len as u64);
+            decoder.deserialize(&buf).ok()
         });
         self.cons.store(idx.wrapping_add(1), Relaxed);
         self.map
             .atomic_u64(CONS)
             .store(idx.wrapping_add(1), Release);
-        // Lengths inside the request are bounded by the slot.
-        let decoder = options().with_limit(self.slot_len as u64);
-        Some(
-            read.ok()
-                .and_then(|()| decoder.deserialize(&buf).ok())
-                .ok_or(TakeError::Malformed(idx)),
-        )
+        Some(decoded.ok_or(TakeError::Malformed(idx)))
     }
 
     /// Mark `n` taken requests finished (NIC side), freeing their room.
