@@ -10,6 +10,7 @@
 use super::udp::UdpDriver;
 use crate::engine::Transmit;
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -138,13 +139,19 @@ pub(crate) fn run_inline(target: Arc<UdpDriver>) {
 /// Datagrams for one device of this process.
 pub(crate) type Delivery = (Arc<UdpDriver>, Vec<Vec<u8>>);
 
+/// Routes of one flush held without allocating: the usual flush goes to
+/// one or two peers.
+type Few<T> = SmallVec<[T; 4]>;
+
 /// One flush's datagrams, each marked with the device of this process
 /// that takes it internally, if any.
 pub(crate) struct Routed {
     out: Vec<Transmit>,
     /// Index into `targets` per datagram, or None for the network.
-    route: Vec<Option<usize>>,
-    targets: Vec<Arc<UdpDriver>>,
+    route: SmallVec<[Option<u8>; 64]>,
+    targets: Few<Arc<UdpDriver>>,
+    /// Datagrams for each of `targets`.
+    counts: Few<usize>,
     /// Datagrams that stay inside.
     pub internal_count: usize,
 }
@@ -152,8 +159,9 @@ pub(crate) struct Routed {
 impl Routed {
     /// Route the datagrams `out` a device sends.
     pub fn new(out: Vec<Transmit>) -> Self {
-        let mut seen: Vec<(SocketAddr, Option<usize>)> = Vec::new();
-        let mut targets = Vec::new();
+        let mut seen: Few<(SocketAddr, Option<u8>)> = SmallVec::new();
+        let mut targets: Few<Arc<UdpDriver>> = SmallVec::new();
+        let mut counts: Few<usize> = SmallVec::new();
         let mut internal_count = 0;
         let route = out
             .iter()
@@ -161,15 +169,24 @@ impl Routed {
                 let r = match seen.iter().find(|(a, _)| *a == t.dst) {
                     Some((_, r)) => *r,
                     None => {
-                        let r = lookup(t.dst).map(|d| {
-                            targets.push(d);
-                            targets.len() - 1
-                        });
+                        // More internal peers than a u8 counts (never, with
+                        // the addresses of one host) go by the network.
+                        let r = match lookup(t.dst) {
+                            Some(d) if targets.len() < usize::from(u8::MAX) => {
+                                targets.push(d);
+                                counts.push(0);
+                                Some((targets.len() - 1) as u8)
+                            }
+                            _ => None,
+                        };
                         seen.push((t.dst, r));
                         r
                     }
                 };
-                internal_count += usize::from(r.is_some());
+                if let Some(i) = r {
+                    counts[usize::from(i)] += 1;
+                    internal_count += 1;
+                }
                 r
             })
             .collect();
@@ -177,6 +194,7 @@ impl Routed {
             out,
             route,
             targets,
+            counts,
             internal_count,
         }
     }
@@ -191,13 +209,17 @@ impl Routed {
     }
 
     /// The datagrams for each internal device, and those for the network.
-    pub fn split(self) -> (Vec<Delivery>, Vec<Transmit>) {
-        let mut internal: Vec<Delivery> =
-            self.targets.into_iter().map(|d| (d, Vec::new())).collect();
+    pub fn split(self) -> (Few<Delivery>, Vec<Transmit>) {
+        let mut internal: Few<Delivery> = self
+            .targets
+            .into_iter()
+            .zip(self.counts)
+            .map(|(d, n)| (d, Vec::with_capacity(n)))
+            .collect();
         let mut external = Vec::with_capacity(self.out.len() - self.internal_count);
         for (t, r) in self.out.into_iter().zip(self.route) {
             match r {
-                Some(i) => internal[i].1.push(t.data),
+                Some(i) => internal[usize::from(i)].1.push(t.data),
                 None => external.push(t),
             }
         }

@@ -225,7 +225,7 @@ impl UdpDriver {
         });
         let (internal, external) = routed.split();
         // Queued in engine order, taken (below) with nothing held.
-        let mut targets = Vec::with_capacity(internal.len());
+        let mut targets: smallvec::SmallVec<[_; 4]> = smallvec::SmallVec::new();
         for (target, datagrams) in internal {
             // Never to this device itself: its inbox is drained below.
             let many = datagrams.len() >= super::loopback::HANDOFF_PACKETS
