@@ -75,15 +75,27 @@ pub(crate) fn lookup(addr: SocketAddr) -> Option<Arc<UdpDriver>> {
         .filter(|d| !d.is_stopped())
 }
 
-/// A flush that hands a device this many packets or more leaves them to
-/// its receive thread, which takes them while the sending thread goes on
-/// (the packets of many QPs, handled by two threads at once); fewer (a
-/// ping-pong, a run of small messages, a stream's next pieces) are handled
-/// at once on the sending thread. 32 packets are 128 KiB of 4 KiB packets
-/// and 1 MiB of a stream between devices of this NIC (see
-/// [`crate::engine::INTERNAL_UNIT`]), which one thread moves faster than
-/// two on a machine whose other CPU runs the program.
+/// A flush that hands a device this many packets or more, of
+/// [`HANDOFF_BYTES`] or more, leaves them to its receive thread, which
+/// takes them while the sending thread goes on (the packets of many QPs,
+/// handled by two threads at once); less (a ping-pong, a run of small
+/// messages, a stream's next pieces) is handled at once on the sending
+/// thread. 32 packets are 128 KiB of 4 KiB packets and 1 MiB of a stream
+/// between devices of this NIC (see [`crate::engine::INTERNAL_UNIT`]),
+/// which one thread moves faster than two on a machine whose other CPU
+/// runs the program.
 pub(crate) const HANDOFF_PACKETS: usize = 32;
+
+/// See [`HANDOFF_PACKETS`]: small packets, however many, stay on the
+/// sending thread, whose handling of them costs less than a wake-up.
+pub(crate) const HANDOFF_BYTES: usize = 128 * 1024;
+
+/// Whether a flush of `datagrams` for another device goes to that
+/// device's receive thread.
+pub(crate) fn hand_off(datagrams: &[Vec<u8>]) -> bool {
+    datagrams.len() >= HANDOFF_PACKETS
+        && datagrams.iter().map(Vec::len).sum::<usize>() >= HANDOFF_BYTES
+}
 
 /// Inbox drains one thread carries out in a row before it leaves the
 /// rest to the devices' receive threads.

@@ -228,8 +228,8 @@ impl UdpDriver {
         let mut targets: smallvec::SmallVec<[_; 4]> = smallvec::SmallVec::new();
         for (target, datagrams) in internal {
             // Never to this device itself: its inbox is drained below.
-            let many = datagrams.len() >= super::loopback::HANDOFF_PACKETS
-                && !std::ptr::eq(Arc::as_ptr(&target), self);
+            let many =
+                super::loopback::hand_off(&datagrams) && !std::ptr::eq(Arc::as_ptr(&target), self);
             target.inbox.push(self.local, datagrams);
             targets.push((target, many));
         }
