@@ -186,12 +186,17 @@ pub fn compute_icrc_with(
 }
 
 /// Splits a complete datagram into its body and the ICRC value it carries.
+/// Length of a datagram's part before its ICRC, if it holds a BTH and
+/// an ICRC.
+fn body_len(len: usize) -> Result<usize, WireError> {
+    len.checked_sub(ICRC_LEN)
+        .filter(|&body| body >= BTH_LEN)
+        .ok_or(WireError::Truncated(len))
+}
+
 fn split_icrc(datagram: &[u8]) -> Result<(&[u8], u32), WireError> {
     let len = datagram.len();
-    let body_len = len
-        .checked_sub(ICRC_LEN)
-        .filter(|&body| body >= BTH_LEN)
-        .ok_or(WireError::Truncated(len))?;
+    let body_len = body_len(len)?;
     let (body, icrc) = datagram
         .split_at_checked(body_len)
         .ok_or(WireError::Truncated(len))?;
@@ -249,10 +254,7 @@ pub fn check_icrc_any_ident(
 /// shorter than a BTH and an ICRC.
 pub fn set_ipv4_ident(datagram: &mut [u8], ident: Ipv4Ident) -> Result<(), WireError> {
     let len = datagram.len();
-    let body_len = len
-        .checked_sub(ICRC_LEN)
-        .filter(|&body| body >= BTH_LEN)
-        .ok_or(WireError::Truncated(len))?;
+    let body_len = body_len(len)?;
     let crc_input_len = LRH_STAND_IN.len() + IPV4_HEADER_LEN + UDP_HEADER_LEN + body_len;
     let delta = ident::delta(ident, crc_input_len).ok_or(WireError::Truncated(len))?;
     let icrc = datagram
@@ -260,6 +262,16 @@ pub fn set_ipv4_ident(datagram: &mut [u8], ident: Ipv4Ident) -> Result<(), WireE
         .ok_or(WireError::Truncated(len))?;
     let wire: [u8; ICRC_LEN] = (&*icrc).try_into().map_err(|_| WireError::Truncated(len))?;
     icrc.copy_from_slice(&(u32::from_le_bytes(wire) ^ delta).to_le_bytes());
+    Ok(())
+}
+
+/// Write into a complete datagram's ICRC field (whatever it holds, as
+/// [`crate::close_unsealed`] leaves it zero) the ICRC of the rest, for
+/// urdma's identification ([`Ipv4Ident::SENT`]).
+pub fn reseal(datagram: &mut [u8], ctx: &IcrcContext) -> Result<(), WireError> {
+    let body_len = body_len(datagram.len())?;
+    let (body, field) = datagram.split_at_mut(body_len);
+    field.copy_from_slice(&compute_icrc(body, ctx)?.to_le_bytes());
     Ok(())
 }
 

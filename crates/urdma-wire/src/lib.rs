@@ -63,14 +63,14 @@ pub use deth::Deth;
 pub use error::WireError;
 pub use grh::{GrhRepr, GRH_LEN};
 pub use icrc::{
-    check_icrc, check_icrc_any_ident, compute_icrc, compute_icrc_with, set_ipv4_ident, IcrcContext,
-    Ipv4Ident,
+    check_icrc, check_icrc_any_ident, compute_icrc, compute_icrc_with, reseal, set_ipv4_ident,
+    IcrcContext, Ipv4Ident,
 };
 pub use ipv4::ipv4_header_sum;
 pub use opcode::{OpKind, Opcode, OpcodeInfo, Position, Transport};
 pub use packet::{
-    build, close_unsealed, emit_headers, parse, parse_received, parse_unchecked, reseal, seal,
-    Packet, PacketRepr,
+    build, close_unsealed, emit_headers, parse, parse_received, parse_unchecked, seal, Packet,
+    PacketRepr,
 };
 pub use reth::Reth;
 

@@ -274,13 +274,7 @@ fn emit_into(repr: &PacketRepr, bth: &Bth, buf: &mut [u8]) -> Result<(), WireErr
 /// ([`WireError::BadPad`]), or the ICRC cannot be computed, `out` is left as
 /// it was.
 pub fn seal(out: &mut Vec<u8>, ctx: &IcrcContext) -> Result<(), WireError> {
-    let bth = Bth::parse(out)?;
-    let pad = usize::from(bth.pad_count);
-    let start = out.len();
-    if !(start + pad).is_multiple_of(PAD_ALIGN) {
-        return Err(WireError::BadPad);
-    }
-    out.resize(start + pad, 0);
+    let start = pad(out)?;
     match compute_icrc(out, ctx) {
         Ok(icrc) => {
             out.extend_from_slice(&icrc.to_le_bytes());
@@ -296,27 +290,26 @@ pub fn seal(out: &mut Vec<u8>, ctx: &IcrcContext) -> Result<(), WireError> {
 /// Close a packet built by [`emit_headers`] and its payload without an
 /// ICRC: the pad bytes and a zero ICRC field. For a packet that never
 /// crosses a link (a NIC's internal loopback, whose receiver parses it
-/// with [`parse_unchecked`]); [`reseal`] gives it its ICRC where one is
-/// needed (a capture).
+/// with [`parse_unchecked`]); [`crate::reseal`] gives it its ICRC where
+/// one is needed (a capture).
 pub fn close_unsealed(out: &mut Vec<u8>) -> Result<(), WireError> {
+    pad(out)?;
+    out.resize(out.len() + ICRC_LEN, 0);
+    Ok(())
+}
+
+/// Append the pad bytes the BTH of `out` announces; the length before
+/// them, or [`WireError::BadPad`] (nothing appended) if the payload does
+/// not end where they would align it.
+fn pad(out: &mut Vec<u8>) -> Result<usize, WireError> {
     let bth = Bth::parse(out)?;
     let pad = usize::from(bth.pad_count);
     let start = out.len();
     if !(start + pad).is_multiple_of(PAD_ALIGN) {
         return Err(WireError::BadPad);
     }
-    out.resize(start + pad + ICRC_LEN, 0);
-    Ok(())
-}
-
-/// Write the ICRC of a whole packet (its ICRC field included, whatever
-/// it holds) into that field.
-pub fn reseal(packet: &mut [u8], ctx: &IcrcContext) -> Result<(), WireError> {
-    let len = packet.len();
-    let body = len.checked_sub(ICRC_LEN).ok_or(WireError::Truncated(len))?;
-    let icrc = compute_icrc(&packet[..body], ctx)?;
-    packet[body..].copy_from_slice(&icrc.to_le_bytes());
-    Ok(())
+    out.resize(start + pad, 0);
+    Ok(start)
 }
 
 /// Convenience: emit_headers + payload + seal into a new Vec.

@@ -28,7 +28,8 @@ const SMALLEST: usize = 1024;
 
 /// Packets of a payload up to 4 KiB (the largest path MTU), and up to the
 /// internal-loopback unit. Each class holds at most a send window's worth
-/// (256 packets) and a half.
+/// (256 packets) and a half: the process keeps at most about 14 MiB of
+/// free buffers.
 static CLASSES: [Class; 2] = [
     Class {
         capacity: 4096 + HEADROOM,

@@ -61,7 +61,7 @@ impl MrEntry {
             iova,
             mem,
             invalidatable: false,
-            inflight: Mutex::new(std::collections::HashMap::default()),
+            inflight: Mutex::new(std::collections::HashMap::new()),
         }
     }
 

@@ -75,19 +75,16 @@ pub(crate) fn lookup(addr: SocketAddr) -> Option<Arc<UdpDriver>> {
         .filter(|d| !d.is_stopped())
 }
 
-/// A flush that hands a device this many packets or more, of
-/// [`HANDOFF_BYTES`] or more, leaves them to its receive thread, which
-/// takes them while the sending thread goes on (the packets of many QPs,
-/// handled by two threads at once); less (a ping-pong, a run of small
-/// messages, a stream's next pieces) is handled at once on the sending
-/// thread. 32 packets are 128 KiB of 4 KiB packets and 1 MiB of a stream
-/// between devices of this NIC (see [`crate::engine::INTERNAL_UNIT`]),
-/// which one thread moves faster than two on a machine whose other CPU
-/// runs the program.
+/// A flush that hands a device at least this many packets, holding at
+/// least [`HANDOFF_BYTES`], leaves them to its receive thread, which takes
+/// them while the sending thread goes on (the packets of many QPs, handled
+/// by two threads at once). Anything less (a ping-pong, a burst of small
+/// packets, a stream's next 32 KiB pieces, see
+/// [`crate::engine::INTERNAL_UNIT`]) is handled at once on the sending
+/// thread, which costs less than waking another.
 pub(crate) const HANDOFF_PACKETS: usize = 32;
 
-/// See [`HANDOFF_PACKETS`]: small packets, however many, stay on the
-/// sending thread, whose handling of them costs less than a wake-up.
+/// See [`HANDOFF_PACKETS`].
 pub(crate) const HANDOFF_BYTES: usize = 128 * 1024;
 
 /// Whether a flush of `datagrams` for another device goes to that
@@ -160,7 +157,7 @@ type Few<T> = SmallVec<[T; 4]>;
 pub(crate) struct Routed {
     out: Vec<Transmit>,
     /// Index into `targets` per datagram, or None for the network.
-    route: SmallVec<[Option<u8>; 64]>,
+    route: SmallVec<[Option<usize>; 64]>,
     targets: Few<Arc<UdpDriver>>,
     /// Datagrams for each of `targets`.
     counts: Few<usize>,
@@ -171,7 +168,7 @@ pub(crate) struct Routed {
 impl Routed {
     /// Route the datagrams `out` a device sends.
     pub fn new(out: Vec<Transmit>) -> Self {
-        let mut seen: Few<(SocketAddr, Option<u8>)> = SmallVec::new();
+        let mut seen: Few<(SocketAddr, Option<usize>)> = SmallVec::new();
         let mut targets: Few<Arc<UdpDriver>> = SmallVec::new();
         let mut counts: Few<usize> = SmallVec::new();
         let mut internal_count = 0;
@@ -181,22 +178,17 @@ impl Routed {
                 let r = match seen.iter().find(|(a, _)| *a == t.dst) {
                     Some((_, r)) => *r,
                     None => {
-                        // More internal peers than a u8 counts (never, with
-                        // the addresses of one host) go by the network.
-                        let r = match lookup(t.dst) {
-                            Some(d) if targets.len() < usize::from(u8::MAX) => {
-                                targets.push(d);
-                                counts.push(0);
-                                Some((targets.len() - 1) as u8)
-                            }
-                            _ => None,
-                        };
+                        let r = lookup(t.dst).map(|d| {
+                            targets.push(d);
+                            counts.push(0);
+                            targets.len() - 1
+                        });
                         seen.push((t.dst, r));
                         r
                     }
                 };
                 if let Some(i) = r {
-                    counts[usize::from(i)] += 1;
+                    counts[i] += 1;
                     internal_count += 1;
                 }
                 r
@@ -231,7 +223,7 @@ impl Routed {
         let mut external = Vec::with_capacity(self.out.len() - self.internal_count);
         for (t, r) in self.out.into_iter().zip(self.route) {
             match r {
-                Some(i) => internal[usize::from(i)].1.push(t.data),
+                Some(i) => internal[i].1.push(t.data),
                 None => external.push(t),
             }
         }
