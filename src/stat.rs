@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::Args;
 use std::fmt::Write as _;
 use urdma::fabric::stats::{read_all, stats_dir, Published};
+use urdma_wire::cm::CmaHeader;
 
 /// Arguments of `urdma stat`.
 #[derive(Args)]
@@ -62,14 +63,15 @@ fn print(out: &mut String, p: &Published, a: &StatArgs) {
     for p in &d.processes {
         let _ = writeln!(
             out,
-            "  process {} ({}): {} PD, {} MR, {} CQ, {} QP, {} SRQ",
+            "  process {} ({}): {} PD, {} MR, {} CQ, {} QP, {} SRQ{}",
             p.pid,
             p.command,
             p.pds,
             p.mrs,
             p.cqs,
             p.qps.len(),
-            p.srqs
+            p.srqs,
+            listening(&p.cm_listeners)
         );
     }
     if a.qp {
@@ -84,6 +86,23 @@ fn print(out: &mut String, p: &Published, a: &StatArgs) {
             );
         }
     }
+}
+
+/// What a process listens on, as the end of its line: ", listens on
+/// rdma_cm TCP port 7471" (service IDs outside rdma_cm's port spaces in
+/// hex); nothing when it does not listen.
+fn listening(services: &[u64]) -> String {
+    if services.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = services
+        .iter()
+        .map(|&s| match CmaHeader::port_of(s) {
+            Some((space, port)) => format!("rdma_cm {space} port {port}"),
+            None => format!("service {s:#x}"),
+        })
+        .collect();
+    format!(", listens on {}", names.join(", "))
 }
 
 /// Write the report; a reader that stopped reading (`urdma stat | head`)
@@ -124,4 +143,18 @@ pub fn run(a: &StatArgs) -> Result<()> {
         }
     }
     emit(&out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listening;
+
+    #[test]
+    fn listeners_are_named_by_rdma_cm_port() {
+        assert_eq!(listening(&[]), "");
+        assert_eq!(
+            listening(&[0x0106_1d2f, 0x0111_1c06, 0x42]),
+            ", listens on rdma_cm TCP port 7471, rdma_cm UDP port 7174, service 0x42"
+        );
+    }
 }

@@ -1,5 +1,5 @@
 # Fault checks of tests/rdmacm/run (sourced: uses its on, on_bg, ok, bad,
-# wanted, PORT, LOGS, URDMA and addresses).
+# wanted, listening, PORT, LOGS, URDMA and addresses).
 #
 # - A listener killed between REQ and REP: the server program is stopped
 #   before the client connects, so the NIC's CM holds the REQ for it, then
@@ -26,7 +26,7 @@ listener_killed() {
     (on "$SERVER_ADDR" "$slog" rping -s -a "$SERVER_ADDR" -p "$PORT") 2>/dev/null &
     local spid=$! rpid=
     # Listening before it stops: a REQ too early would meet no listener.
-    sleep $((SETTLE + 2))
+    listening "TCP port $PORT"
     rpid=$(pid_of rping -s -a "$SERVER_ADDR" -p "$PORT")
     if [ -z "$rpid" ]; then
         bad "listener killed between REQ and REP (no server)" "$slog"
@@ -59,10 +59,14 @@ peer_restarted() {
     on_bg "$SERVER_ADDR" "$slog" rping -s -P -a "$SERVER_ADDR" -p "$PORT"
     local spid=$!
     URDMA_NIC_SOCKET=$sock "$URDMA" agent --persist 2>>"$alog" &
-    local apid=$!
-    sleep $((SETTLE + 2))
+    local apid=$! i
+    listening "TCP port $PORT"
+    for i in $(seq 100); do
+        grep -q "@$sock" /proc/net/unix && break
+        sleep 0.05
+    done
     URDMA_NIC_SOCKET=$sock on_bg "$CLIENT_ADDR" "$c1" rping -c -a "$SERVER_ADDR" -p "$PORT" -C 1000000 -v
-    local c1pid=$! i
+    local c1pid=$!
     sleep 2
     local pinged=no
     grep -q "ping data" "$c1" && pinged=yes

@@ -38,6 +38,19 @@ impl CmaHeader {
         (u64::from(ps) << 16) | u64::from(port)
     }
 
+    /// The port space and port of an rdma_cm service ID: ("TCP", 7471) for
+    /// 0x0106_1d2f. None for a service ID outside rdma_cm's port spaces.
+    pub fn port_of(service_id: u64) -> Option<(&'static str, u16)> {
+        let space = match service_id >> 16 {
+            0x0106 => "TCP",
+            0x0111 => "UDP",
+            0x013F => "IB",
+            0x0002 => "IPoIB",
+            _ => return None,
+        };
+        Some((space, service_id as u16))
+    }
+
     /// Reads the header at the start of `private_data`.
     pub fn parse(private_data: &[u8]) -> Result<CmaHeader, WireError> {
         let h = private_data

@@ -283,3 +283,16 @@ fn cm_timeouts_are_powers_of_two_of_4096_ns() {
     assert_eq!(timeout_micros(20), 4_294_967);
     assert_eq!(timeout_micros(31), timeout_micros(200));
 }
+
+#[test]
+fn rdma_cm_service_ids_name_their_port() {
+    let id = CmaHeader::service_id(0x0106, 7471);
+    assert_eq!(id, 0x0106_1d2f);
+    assert_eq!(CmaHeader::port_of(id), Some(("TCP", 7471)));
+    assert_eq!(
+        CmaHeader::port_of(CmaHeader::service_id(0x0111, 7174)),
+        Some(("UDP", 7174))
+    );
+    assert_eq!(CmaHeader::port_of(0x1234_0000_0106_0001), None);
+    assert_eq!(CmaHeader::port_of(0x0107_0001), None);
+}

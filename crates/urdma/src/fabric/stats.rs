@@ -45,6 +45,9 @@ pub struct ProcessStats {
     pub srqs: usize,
     /// Its QPs.
     pub qps: Vec<u32>,
+    /// The CM service IDs it listens on, in order.
+    #[serde(default)]
+    pub cm_listeners: Vec<u64>,
 }
 
 /// Counters of one device of one process.

@@ -82,8 +82,9 @@ pub struct Session {
     polling: bool,
     srqs: HashSet<u32>,
     captures: Vec<Arc<crate::fabric::capture::Capture>>,
-    /// How many of each object the last report of holdings counted.
-    reported: Option<[usize; 5]>,
+    /// How many of each object the last report of holdings counted, and
+    /// the services listened on.
+    reported: Option<([usize; 5], Vec<u64>)>,
 }
 
 fn not_found(what: &str, n: u32) -> Error {
@@ -189,8 +190,9 @@ impl Session {
             self.qps.len(),
         ];
         if let Some(dev) = &self.device {
-            if self.reported != Some(counts) {
-                self.reported = Some(counts);
+            let listening = self.listening(dev);
+            if self.reported.as_ref() != Some(&(counts, listening.clone())) {
+                self.reported = Some((counts, listening));
                 dev.report(self.id, Some(self.holdings()));
             }
         }
@@ -698,10 +700,23 @@ impl Session {
         Some(dev)
     }
 
+    /// The CM services the session listens on, in order.
+    fn listening(&self, dev: &AgentDevice) -> Vec<u64> {
+        dev.cm_routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .services_of(self.id)
+    }
+
     /// What the session holds, as `urdma stat` shows it.
     pub fn holdings(&self) -> ProcessStats {
         let mut qps: Vec<u32> = self.qps.iter().copied().collect();
         qps.sort_unstable();
+        let cm_listeners = self
+            .device
+            .as_ref()
+            .map(|d| self.listening(d))
+            .unwrap_or_default();
         ProcessStats {
             pid: self.pid,
             command: self.command.clone(),
@@ -710,6 +725,7 @@ impl Session {
             cqs: self.cqs.len(),
             srqs: self.srqs.len(),
             qps,
+            cm_listeners,
         }
     }
 }
