@@ -263,6 +263,12 @@ impl MemRegion {
         self.len
     }
 
+    /// True for memory urdma allocated in this process
+    /// ([`MemRegion::allocate`]), which the safe API reads and writes.
+    pub fn is_owned(&self) -> bool {
+        self.owned
+    }
+
     /// True for a zero-length region.
     pub fn is_empty(&self) -> bool {
         self.len == 0

@@ -29,7 +29,9 @@ pub struct MrEntry {
     /// fast-registration MR); other regions refuse it.
     pub invalidatable: bool,
     /// Byte ranges handed to the engine as local buffers of posted work
-    /// requests, still in flight: (start, end) and how many times.
+    /// requests, still in flight: (start, end) and how many times. Kept
+    /// for owned memory only, the one kind the safe API reads and writes
+    /// (see [`MrEntry::is_busy`]).
     inflight: Mutex<std::collections::HashMap<(usize, usize), usize>>,
 }
 
@@ -100,12 +102,18 @@ impl MrEntry {
 
     /// Record a local in-flight range.
     pub(crate) fn hold(&self, start: usize, len: usize) {
+        if !self.mem.is_owned() {
+            return;
+        }
         let mut v = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         *v.entry((start, start.saturating_add(len))).or_default() += 1;
     }
 
     /// Release one in-flight range recorded with [`MrEntry::hold`].
     pub(crate) fn release(&self, start: usize, len: usize) {
+        if !self.mem.is_owned() {
+            return;
+        }
         let mut v = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         let key = (start, start.saturating_add(len));
         if let Some(n) = v.get_mut(&key) {
@@ -116,7 +124,8 @@ impl MrEntry {
         }
     }
 
-    /// True if `[start, start+len)` overlaps a range in flight.
+    /// True if `[start, start+len)` overlaps a range in flight (always
+    /// false for memory that is not owned: no one tracks it).
     pub fn is_busy(&self, start: usize, len: usize) -> bool {
         let end = start.saturating_add(len);
         let v = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
@@ -141,6 +150,10 @@ pub fn lookup(
     let off = mr.check(pd, va, len, need)?;
     Ok((mr, off))
 }
+
+/// The resolved scatter/gather list of one work request: most have one
+/// or two elements, which stay inline (no allocation per request).
+pub type SgeList = smallvec::SmallVec<[LocalSge; 2]>;
 
 /// A scatter/gather element resolved to a registered region: the region is
 /// kept alive and its range marked in flight for as long as this lives.

@@ -1,7 +1,7 @@
 //! Work queue entries as the engine holds them.
 
 use super::mw::BindMw;
-use crate::mr::LocalSge;
+use crate::mr::SgeList;
 use crate::types::WcOpcode;
 use std::net::SocketAddr;
 use urdma_wire::OpKind;
@@ -123,7 +123,7 @@ impl SendOp {
 #[derive(Debug)]
 pub enum Payload {
     /// Gathered from registered memory at transmit time.
-    Sges(Vec<LocalSge>),
+    Sges(SgeList),
     /// Copied at post time.
     Inline(Vec<u8>),
 }
@@ -176,7 +176,7 @@ pub struct RecvWqe {
     /// Caller's identifier.
     pub wr_id: u64,
     /// Scatter list.
-    pub sges: Vec<LocalSge>,
+    pub sges: SgeList,
     /// Total capacity.
     pub len: usize,
 }

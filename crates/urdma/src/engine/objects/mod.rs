@@ -10,7 +10,7 @@ use super::wqe::{Payload, RecvWqe, SendOp, SendWqe, UdDest};
 use super::{psn, requester, Ctx, Engine};
 use crate::error::{Error, Result};
 use crate::mem::MemRegion;
-use crate::mr::{self, LocalSge, MrCheckError, MrEntry, MrTable};
+use crate::mr::{self, LocalSge, MrCheckError, MrEntry, MrTable, SgeList};
 use crate::types::{
     AccessFlags, QpAttrMask as M, QpState, QpType, WcOpcode, WcStatus, WorkCompletion,
 };
@@ -444,7 +444,7 @@ pub(crate) fn enqueue_failed(qp: &mut QpCtx, wr_id: u64, op: SendOp, status: WcS
     let mut wqe = SendWqe {
         wr_id,
         op,
-        payload: Payload::Sges(Vec::new()),
+        payload: Payload::Sges(SgeList::new()),
         len: 0,
         remote_va: 0,
         rkey: 0,
@@ -511,8 +511,8 @@ pub(super) fn resolve_sges(
     pd: u32,
     sges: &[SgEntry],
     need: AccessFlags,
-) -> std::result::Result<Vec<LocalSge>, String> {
-    let mut out = Vec::with_capacity(sges.len());
+) -> std::result::Result<SgeList, String> {
+    let mut out = SgeList::with_capacity(sges.len());
     for s in sges {
         if s.length == 0 {
             continue;
@@ -642,7 +642,7 @@ fn build_send_wqe(qp: &QpCtx, mrs: &MrTable, wr: SendRequest) -> Result<SendWqe>
             Ok(sges) => (Payload::Sges(sges), None),
             Err(why) => {
                 tracing::debug!(qpn = qp.qpn, why, "send WR with a bad local buffer");
-                (Payload::Sges(Vec::new()), Some(WcStatus::LocProtErr))
+                (Payload::Sges(SgeList::new()), Some(WcStatus::LocProtErr))
             }
         },
     };
