@@ -156,8 +156,10 @@ type Few<T> = SmallVec<[T; 4]>;
 /// that takes it internally, if any.
 pub(crate) struct Routed {
     out: Vec<Transmit>,
-    /// Index into `targets` per datagram, or None for the network.
-    route: SmallVec<[Option<usize>; 64]>,
+    /// Index into `targets` per datagram, or None for the network (held
+    /// inline for a short flush, such as a small message and its ACK; a
+    /// longer one allocates once).
+    route: SmallVec<[Option<usize>; 8]>,
     targets: Few<Arc<UdpDriver>>,
     /// Datagrams for each of `targets`.
     counts: Few<usize>,
