@@ -10,6 +10,7 @@ pub mod cwnd;
 mod gsi;
 pub use gsi::{GsiDatagram, GsiSend};
 mod congestion;
+mod device_window;
 mod ident;
 mod local_ops;
 pub mod mw;
@@ -98,6 +99,8 @@ pub(crate) struct Ctx<'a> {
     pub selective: bool,
     /// The device's packets leave ECN-capable ([`Engine::set_ecn`]).
     pub ecn: bool,
+    /// Packets the device's RC QPs have in flight ([`device_window`]).
+    pub device_inflight: &'a mut u64,
 }
 
 impl Ctx<'_> {
@@ -183,6 +186,8 @@ pub struct Engine {
     kernel_gsi: Option<Vec<gsi::GsiDatagram>>,
     /// Which peers the fabric reaches internally ([`INTERNAL_UNIT`]).
     internal_peer: Option<InternalPeerTest>,
+    /// Packets the RC QPs have in flight ([`device_window`]).
+    device_inflight: u64,
 }
 
 impl Engine {
@@ -221,6 +226,7 @@ impl Engine {
             gsi_psn,
             kernel_gsi: None,
             internal_peer: None,
+            device_inflight: 0,
         }
     }
 
@@ -321,6 +327,7 @@ impl Engine {
                 held_budget: &self.held_budget,
                 selective: self.selective,
                 ecn: self.ecn,
+                device_inflight: &mut self.device_inflight,
             },
         )
     }

@@ -184,6 +184,9 @@ pub struct QpCtx {
     /// The peer is served by the same NIC: packets carry
     /// [`super::INTERNAL_UNIT`] bytes instead of the path MTU.
     pub internal: bool,
+    /// Its part of the device's packets in flight, as last counted
+    /// ([`super::device_window`]).
+    pub(crate) window_counted: u32,
 }
 
 impl QpCtx {
@@ -221,6 +224,7 @@ impl QpCtx {
             port_mtu: crate::types::Mtu::Mtu4096,
             rings: Default::default(),
             internal: false,
+            window_counted: 0,
         }
     }
 
@@ -345,6 +349,7 @@ impl QpCtx {
 
     /// Complete every queued WQE with WR_FLUSH_ERR (QP in ERR).
     pub fn flush(&mut self, cx: &mut Ctx<'_>) {
+        super::device_window::sync(self, cx.device_inflight);
         self.timers.stop_all();
         self.req.rd_atomic.clear();
         while !self.req.sq.is_empty() {

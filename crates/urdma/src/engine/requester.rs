@@ -5,7 +5,7 @@ use super::qp::QpCtx;
 use super::timer::TimerKind;
 use super::tx::{self, PayloadSrc};
 use super::wqe::{Payload, SendOp, SendWqe};
-use super::{psn, Counter, Ctx};
+use super::{device_window, psn, Counter, Ctx};
 use crate::types::{AsyncEventKind, QpState, QpType, WcStatus};
 use urdma_wire::{AtomicEth, Bth, Deth, Opcode, PacketRepr, Position, Reth, Transport};
 
@@ -97,6 +97,8 @@ pub fn pump(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
 
 fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     let rc = qp.qp_type == QpType::Rc;
+    // ACKs handled before this call may have shrunk the QP's part.
+    device_window::sync(qp, cx.device_inflight);
     loop {
         let state = qp.state();
         if state != QpState::Rts && state != QpState::Sqd {
@@ -137,6 +139,9 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         {
             break;
         }
+        if device_window::holds_back(qp, cur, *cx.device_inflight) {
+            break;
+        }
         let Some(dst) = qp.remote else { return };
         // Paced after congestion notifications: wait for a token.
         let at = qp.req.rate.next_send(cx.now);
@@ -170,6 +175,7 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
                 qp.req.high_psn = next;
             }
         }
+        device_window::sync(qp, cx.device_inflight);
         if rc && !qp.timers.is_running(TimerKind::Retransmit) {
             qp.timers.set(
                 TimerKind::Retransmit,

@@ -279,9 +279,11 @@ impl Engine {
 
     /// Destroy a QP; its queued work is dropped without completions.
     pub(crate) fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
-        self.qps
+        let qp = self
+            .qps
             .remove(&qpn)
             .ok_or_else(|| Error::NotFound(format!("qp {qpn}")))?;
+        super::device_window::forget(&qp, &mut self.device_inflight);
         // The type 2 windows bound through it are reached through nothing.
         super::mw::forget_qp(&mut self.mws, qpn);
         Ok(())

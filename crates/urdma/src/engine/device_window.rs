@@ -1,0 +1,136 @@
+//! The device's send window: a bound on the packets all of a device's RC
+//! QPs together have sent and not yet seen acknowledged.
+//!
+//! Each QP's own window (at most [`super::requester::WINDOW`] packets,
+//! less after congestion) bounds what one connection puts on the path.
+//! A thousand QPs to one peer would together put a thousand windows
+//! there: more than the peer's socket can queue, and the queueing delay
+//! alone outlasts the ACK timeout, so that every QP resends packets that
+//! were never lost. Past [`DEVICE_WINDOW`] packets in flight, a QP sends
+//! a new packet only while fewer than [`FAIR_SHARE`] of its own are
+//! unacknowledged: every QP keeps moving (it always has a share, and the
+//! ACKs of its share bring it back to send more), and the total stays
+//! near the larger of the device window and a share per busy QP.
+//!
+//! The total is kept as the sum of what each QP last reported
+//! ([`sync`]); a QP's report is brought up to date whenever the requester
+//! runs for it, so a missed change corrects itself at the QP's next
+//! input, and destroying a QP takes its part away. QPs whose peer is a
+//! device of the same NIC ([`super::INTERNAL_UNIT`]) put nothing on a
+//! socket and are not counted.
+
+use super::psn;
+use super::qp::QpCtx;
+use crate::types::{QpState, QpType};
+
+/// Packets in flight on a device, beyond which QPs are held to their
+/// fair share: 1,024 packets of 4 KiB (4 MiB) queue for a few
+/// milliseconds at the receiver, far below any ACK timeout.
+pub const DEVICE_WINDOW: u64 = 1024;
+
+/// Unacknowledged packets a QP may always have, however full the device
+/// window is.
+pub const FAIR_SHARE: u32 = 2;
+
+/// The packets of `qp` that count toward the device window: sent and not
+/// acknowledged, for an RC QP that sends to the network.
+fn in_flight(qp: &QpCtx) -> u32 {
+    let sending = matches!(qp.state(), QpState::Rts | QpState::Sqd);
+    if qp.qp_type != QpType::Rc || qp.internal || !sending {
+        return 0;
+    }
+    psn::diff(qp.req.high_psn, qp.req.una).max(0) as u32
+}
+
+/// Bring `qp`'s part of the device total `total` up to date.
+pub(crate) fn sync(qp: &mut QpCtx, total: &mut u64) {
+    let now = in_flight(qp);
+    *total = total.saturating_sub(u64::from(qp.window_counted)) + u64::from(now);
+    qp.window_counted = now;
+}
+
+/// Take a destroyed QP's part out of the device total.
+pub(crate) fn forget(qp: &QpCtx, total: &mut u64) {
+    *total = total.saturating_sub(u64::from(qp.window_counted));
+}
+
+/// Whether `qp` must hold back the new packet `psn` because the device
+/// window is full and the QP already has its fair share in flight.
+/// Retransmissions (below `high_psn`) are never held.
+pub(crate) fn holds_back(qp: &QpCtx, psn: u32, total: u64) -> bool {
+    qp.qp_type == QpType::Rc
+        && !qp.internal
+        && total >= DEVICE_WINDOW
+        && psn::diff(psn, qp.req.high_psn) >= 0
+        && psn::diff(psn, qp.req.una) >= FAIR_SHARE as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cq::CqShared;
+    use crate::verbs::QpCap;
+    use std::sync::Arc;
+
+    fn rc_qp(una: u32, high: u32) -> QpCtx {
+        let cq = Arc::new(CqShared::new(1, 16));
+        let mut qp = QpCtx::new(
+            0x100,
+            QpType::Rc,
+            1,
+            QpCap::default(),
+            false,
+            cq.clone(),
+            cq,
+        );
+        qp.attr.qp_state = QpState::Rts;
+        qp.req.una = una;
+        qp.req.high_psn = high;
+        qp
+    }
+
+    #[test]
+    fn the_total_follows_each_qps_unacknowledged_packets() {
+        let mut total = 0;
+        let mut a = rc_qp(10, 15);
+        let mut b = rc_qp(0, 3);
+        sync(&mut a, &mut total);
+        sync(&mut b, &mut total);
+        assert_eq!(total, 8);
+        a.req.una = 14;
+        sync(&mut a, &mut total);
+        assert_eq!(total, 4);
+        // Twice in a row changes nothing.
+        sync(&mut a, &mut total);
+        assert_eq!(total, 4);
+        // PSNs that wrap around.
+        b.req.una = 0xff_fffe;
+        b.req.high_psn = 2;
+        sync(&mut b, &mut total);
+        assert_eq!(total, 5);
+        b.attr.qp_state = QpState::Err;
+        sync(&mut b, &mut total);
+        assert_eq!(total, 1);
+        forget(&a, &mut total);
+        assert_eq!(total, 0);
+    }
+
+    #[test]
+    fn a_full_window_holds_new_packets_beyond_the_fair_share_only() {
+        let qp = rc_qp(100, 110);
+        assert!(!holds_back(&qp, 110, DEVICE_WINDOW - 1));
+        assert!(holds_back(&qp, 110, DEVICE_WINDOW));
+        // A resend is never held.
+        assert!(!holds_back(&qp, 105, DEVICE_WINDOW));
+        // Within its share, a QP sends.
+        let idle = rc_qp(110, 110);
+        assert!(!holds_back(&idle, 110, DEVICE_WINDOW * 2));
+        assert!(!holds_back(&idle, 111, DEVICE_WINDOW * 2));
+        assert!(holds_back(&idle, 112, DEVICE_WINDOW * 2));
+        // Internal QPs and UC QPs are not counted nor held.
+        let mut internal = rc_qp(100, 110);
+        internal.internal = true;
+        assert!(!holds_back(&internal, 110, DEVICE_WINDOW));
+        assert_eq!(in_flight(&internal), 0);
+    }
+}
