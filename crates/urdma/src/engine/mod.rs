@@ -188,6 +188,8 @@ pub struct Engine {
     internal_peer: Option<InternalPeerTest>,
     /// Packets the RC QPs have in flight ([`device_window`]).
     device_inflight: u64,
+    /// Where the QPs' timers report their deadlines.
+    timer_index: Arc<timer::TimerIndex>,
 }
 
 impl Engine {
@@ -227,6 +229,7 @@ impl Engine {
             kernel_gsi: None,
             internal_peer: None,
             device_inflight: 0,
+            timer_index: Arc::default(),
         }
     }
 
@@ -334,27 +337,55 @@ impl Engine {
 
     /// The earliest timer deadline of any QP or of the CM.
     pub fn next_deadline(&self) -> Option<u64> {
+        let qps = if self.qps.len() <= timer::SCAN_QPS {
+            self.timer_index.trim();
+            self.qps
+                .values()
+                .filter_map(|q| q.timers.next_deadline())
+                .min()
+        } else {
+            let deadline_of = |qpn: u32| self.qps.get(&qpn)?.timers.next_deadline();
+            let all = || self.qp_deadlines();
+            self.timer_index.earliest(deadline_of, self.qps.len(), all)
+        };
+        qps.into_iter().chain(self.cm.next_deadline()).min()
+    }
+
+    /// Every QP's number and earliest timer deadline.
+    fn qp_deadlines(&self) -> impl Iterator<Item = (u32, Option<u64>)> + '_ {
         self.qps
-            .values()
-            .filter_map(|q| q.timers.next_deadline())
-            .chain(self.cm.next_deadline())
-            .min()
+            .iter()
+            .map(|(&qpn, qp)| (qpn, qp.timers.next_deadline()))
     }
 
     /// Run expired timers.
     pub fn handle_timeouts(&mut self, now: u64) {
-        let (qps, mut cx) = self.split(now);
         // In QP-number order, so that a run is a function of its inputs
         // (a HashMap's order differs from process to process).
-        // Only QPs with a timer due: a NIC with thousands of idle QPs
-        // does not visit each of them on every expiry.
-        let mut due: Vec<&mut QpCtx> = qps
-            .values_mut()
-            .filter(|qp| qp.timers.next_deadline().is_some_and(|d| d <= now))
-            .collect();
-        due.sort_unstable_by_key(|qp| qp.qpn);
-        for qp in due {
-            completer::on_timer(qp, &mut cx);
+        // Only QPs with a timer due, found through the index: a NIC with
+        // thousands of idle QPs does not visit each of them.
+        let index = self.timer_index.clone();
+        let deadline_of = |qpn: u32| self.qps.get(&qpn)?.timers.next_deadline();
+        let due = if self.qps.len() <= timer::SCAN_QPS {
+            let mut due: Vec<u32> = self
+                .qp_deadlines()
+                .filter(|&(_, d)| d.is_some_and(|d| d <= now))
+                .map(|(qpn, _)| qpn)
+                .collect();
+            due.sort_unstable();
+            due
+        } else {
+            index.take_due(now, deadline_of, self.qps.len(), || self.qp_deadlines())
+        };
+        let (qps, mut cx) = self.split(now);
+        for qpn in due {
+            if let Some(qp) = qps.get_mut(&qpn) {
+                completer::on_timer(qp, &mut cx);
+                // Its entry left the index: report what still runs.
+                if let Some(d) = qp.timers.next_deadline() {
+                    index.push(d, qpn);
+                }
+            }
         }
         if self.cm.next_deadline().is_some_and(|d| d <= now) {
             self.cm.on_timer(now);

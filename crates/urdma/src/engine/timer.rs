@@ -1,4 +1,10 @@
-//! The timers of one QP, as a table indexed by [`TimerKind`].
+//! The timers of one QP, as a table indexed by [`TimerKind`], and the
+//! engine's index of every QP's deadlines ([`TimerIndex`]), which finds
+//! the next expiry without visiting every QP.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::{Arc, Mutex};
 
 /// What a QP's timer is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,16 +37,35 @@ impl TimerKind {
 }
 
 /// Deadlines (engine time, ns) of a QP's timers; a timer without a
-/// deadline is stopped.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// deadline is stopped. Once attached to an engine's [`TimerIndex`],
+/// every deadline set is reported there.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Timers {
     deadlines: [Option<u64>; TimerKind::ALL.len()],
+    /// The index and this QP's number in it.
+    index: Option<(Arc<TimerIndex>, u32)>,
 }
 
 impl Timers {
+    /// Report this QP's deadlines, as QP `qpn`, to `index` from now on.
+    pub(crate) fn attach(&mut self, index: &Arc<TimerIndex>, qpn: u32) {
+        self.index = Some((index.clone(), qpn));
+        if let Some(d) = self.next_deadline() {
+            index.push(d, qpn);
+        }
+    }
+
     /// Start (or restart) timer `k` to expire at `at`; `None` stops it.
+    /// Only a deadline earlier than all the QP's others is reported: the
+    /// index already holds an entry at or before those.
     pub(crate) fn set(&mut self, k: TimerKind, at: Option<u64>) {
+        let before = self.next_deadline();
         self.deadlines[k as usize] = at;
+        if let (Some(at), Some((index, qpn))) = (at, &self.index) {
+            if before.is_none_or(|b| at < b) {
+                index.push(at, *qpn);
+            }
+        }
     }
 
     /// Stop timer `k`.
@@ -50,7 +75,7 @@ impl Timers {
 
     /// Stop every timer.
     pub(crate) fn stop_all(&mut self) {
-        *self = Timers::default();
+        self.deadlines = Default::default();
     }
 
     /// The deadline of timer `k`, if it runs.
@@ -78,9 +103,238 @@ impl Timers {
     }
 }
 
+/// The deadlines QPs reported, earliest first. An entry may be stale
+/// (its timer stopped, ran or moved later since); what is kept true is
+/// that every QP with a timer running has an entry at or before its
+/// earliest deadline. Stale entries are dropped as they come to the top,
+/// and the whole index is rebuilt from the QPs once it holds many more
+/// entries than there are QPs.
+#[derive(Debug, Default)]
+pub(crate) struct TimerIndex {
+    inner: Mutex<IndexInner>,
+}
+
+#[derive(Debug, Default)]
+struct IndexInner {
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// The entries were dropped ([`TimerIndex::trim`]): rebuild them from
+    /// the QPs before the next use.
+    dropped: bool,
+}
+
+/// Entries beyond twice the QPs that make [`TimerIndex::earliest`]
+/// rebuild the index.
+const SLACK: usize = 1024;
+
+/// Engines with at most this many QPs visit them all for their deadlines
+/// (fewer steps than the index takes), and only keep the index short
+/// ([`TimerIndex::trim`]).
+pub(crate) const SCAN_QPS: usize = 16;
+
+impl TimerIndex {
+    fn lock(&self) -> std::sync::MutexGuard<'_, IndexInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// QP `qpn` has a timer due at `at`.
+    pub(crate) fn push(&self, at: u64, qpn: u32) {
+        let mut g = self.lock();
+        if !g.dropped {
+            g.heap.push(Reverse((at, qpn)));
+        }
+    }
+
+    /// While the engine visits every QP instead, drop the entries once
+    /// they are many; the next use of the index rebuilds them.
+    pub(crate) fn trim(&self) {
+        let mut g = self.lock();
+        if g.heap.len() > SLACK {
+            g.heap = BinaryHeap::new();
+            g.dropped = true;
+        }
+    }
+
+    /// Rebuild the entries from every QP's number and earliest deadline
+    /// if they were dropped or are many more than the `qps` QPs.
+    fn refresh<I>(g: &mut IndexInner, qps: usize, all: impl FnOnce() -> I)
+    where
+        I: Iterator<Item = (u32, Option<u64>)>,
+    {
+        if g.dropped || g.heap.len() > 2 * qps + SLACK {
+            g.heap = all()
+                .filter_map(|(qpn, d)| Some(Reverse((d?, qpn))))
+                .collect();
+            g.dropped = false;
+        }
+    }
+
+    /// The earliest deadline of any QP: `deadline_of` gives a QP's
+    /// earliest deadline (None for no timer or no such QP), `all` every
+    /// QP's number and earliest deadline, for a rebuild; `qps` is how many
+    /// QPs there are.
+    pub(crate) fn earliest<I>(
+        &self,
+        deadline_of: impl Fn(u32) -> Option<u64>,
+        qps: usize,
+        all: impl FnOnce() -> I,
+    ) -> Option<u64>
+    where
+        I: Iterator<Item = (u32, Option<u64>)>,
+    {
+        let mut g = self.lock();
+        Self::refresh(&mut g, qps, all);
+        let heap = &mut g.heap;
+        while let Some(&Reverse((at, qpn))) = heap.peek() {
+            match deadline_of(qpn) {
+                Some(d) if d == at => return Some(at),
+                // Moved: its entry now says when.
+                Some(d) => {
+                    heap.pop();
+                    heap.push(Reverse((d, qpn)));
+                }
+                None => {
+                    heap.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// The QPs with a timer due at `now`, in QP-number order, each once.
+    /// Their entries leave the index: after running their timers, the
+    /// caller reports each one's deadline again ([`TimerIndex::push`]).
+    pub(crate) fn take_due<I>(
+        &self,
+        now: u64,
+        deadline_of: impl Fn(u32) -> Option<u64>,
+        qps: usize,
+        all: impl FnOnce() -> I,
+    ) -> Vec<u32>
+    where
+        I: Iterator<Item = (u32, Option<u64>)>,
+    {
+        let mut g = self.lock();
+        Self::refresh(&mut g, qps, all);
+        let heap = &mut g.heap;
+        let mut due = Vec::new();
+        while let Some(&Reverse((at, qpn))) = heap.peek() {
+            if at > now {
+                break;
+            }
+            heap.pop();
+            match deadline_of(qpn) {
+                Some(d) if d <= now => due.push(qpn),
+                Some(d) => heap.push(Reverse((d, qpn))),
+                None => {}
+            }
+        }
+        due.sort_unstable();
+        due.dedup();
+        due
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
+
+    /// QPs with their timers, attached to one index.
+    fn qps(index: &Arc<TimerIndex>, n: u32) -> HashMap<u32, Timers> {
+        (0..n)
+            .map(|q| {
+                let mut t = Timers::default();
+                t.attach(index, q);
+                (q, t)
+            })
+            .collect()
+    }
+
+    fn earliest(index: &TimerIndex, qps: &HashMap<u32, Timers>) -> Option<u64> {
+        index.earliest(
+            |q| qps.get(&q).and_then(Timers::next_deadline),
+            qps.len(),
+            || qps.iter().map(|(&q, t)| (q, t.next_deadline())),
+        )
+    }
+
+    #[test]
+    fn the_index_finds_the_earliest_deadline_through_stale_entries() {
+        let index = Arc::new(TimerIndex::default());
+        let mut qps = qps(&index, 3);
+        assert_eq!(earliest(&index, &qps), None);
+        qps.get_mut(&0)
+            .unwrap()
+            .set(TimerKind::Retransmit, Some(100));
+        qps.get_mut(&1).unwrap().set(TimerKind::Probe, Some(50));
+        assert_eq!(earliest(&index, &qps), Some(50));
+        // Moved later, then stopped: the stale entries give way.
+        qps.get_mut(&1).unwrap().set(TimerKind::Probe, Some(150));
+        assert_eq!(earliest(&index, &qps), Some(100));
+        qps.get_mut(&0).unwrap().stop_all();
+        assert_eq!(earliest(&index, &qps), Some(150));
+        // A later timer of a QP whose earlier one stops still counts.
+        let q2 = qps.get_mut(&2).unwrap();
+        q2.set(TimerKind::Pace, Some(120));
+        q2.set(TimerKind::Revisit, Some(130));
+        q2.stop(TimerKind::Pace);
+        assert_eq!(earliest(&index, &qps), Some(130));
+        // A destroyed QP's entries are dropped.
+        qps.remove(&2);
+        assert_eq!(earliest(&index, &qps), Some(150));
+    }
+
+    #[test]
+    fn due_qps_come_once_each_in_number_order() {
+        let index = Arc::new(TimerIndex::default());
+        let mut qps = qps(&index, 4);
+        for (q, at) in [(3, 10), (1, 20), (2, 500), (0, 30)] {
+            qps.get_mut(&q)
+                .unwrap()
+                .set(TimerKind::Retransmit, Some(at));
+        }
+        qps.get_mut(&1).unwrap().set(TimerKind::Probe, Some(25));
+        let deadline_of = |q: u32| qps.get(&q).and_then(Timers::next_deadline);
+        let all = || qps.iter().map(|(&q, t)| (q, t.next_deadline()));
+        assert_eq!(index.take_due(30, deadline_of, 4, all), vec![0, 1, 3]);
+        assert_eq!(index.take_due(30, deadline_of, 4, all), Vec::<u32>::new());
+        assert_eq!(earliest(&index, &qps), Some(500));
+    }
+
+    #[test]
+    fn dropped_entries_are_rebuilt_before_use() {
+        let index = Arc::new(TimerIndex::default());
+        let mut qps = qps(&index, 2);
+        for at in 0..=SLACK as u64 {
+            qps.get_mut(&0)
+                .unwrap()
+                .set(TimerKind::Retransmit, Some(9000 - at));
+        }
+        qps.get_mut(&1).unwrap().set(TimerKind::Probe, Some(9500));
+        index.trim();
+        assert!(index.lock().dropped);
+        // Nothing is recorded meanwhile; the rebuild finds both QPs.
+        qps.get_mut(&1).unwrap().set(TimerKind::Probe, Some(5));
+        assert_eq!(earliest(&index, &qps), Some(5));
+        qps.get_mut(&1).unwrap().stop_all();
+        assert_eq!(earliest(&index, &qps), Some(9000 - SLACK as u64));
+    }
+
+    #[test]
+    fn many_stale_entries_are_rebuilt_away() {
+        let index = Arc::new(TimerIndex::default());
+        let mut qps = qps(&index, 2);
+        for at in 0..5000u64 {
+            qps.get_mut(&0)
+                .unwrap()
+                .set(TimerKind::Retransmit, Some(1_000_000 - at));
+        }
+        qps.get_mut(&1).unwrap().set(TimerKind::Probe, Some(7));
+        assert_eq!(earliest(&index, &qps), Some(7));
+        assert!(index.lock().heap.len() <= 2 * qps.len() + SLACK);
+        qps.get_mut(&1).unwrap().stop_all();
+        assert_eq!(earliest(&index, &qps), Some(1_000_000 - 4999));
+    }
 
     #[test]
     fn timers_expire_once_and_report_the_earliest_deadline() {

@@ -273,6 +273,7 @@ impl Engine {
         let mut qp = QpCtx::new(qpn, qp_type, pd, cap, sq_sig_all, send_cq, recv_cq);
         qp.srq = srq;
         qp.set_port_mtu(self.attr.port_mtu);
+        qp.timers.attach(&self.timer_index, qpn);
         self.qps.insert(qpn, qp);
         Ok(qpn)
     }
