@@ -216,14 +216,18 @@ impl WorkRing {
             /// The encoded request, kept from one post to the next.
             static ENCODED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
-        ENCODED.with(|buf| {
-            let mut bytes = buf.borrow_mut();
+        let encode = |bytes: &mut Vec<u8>| {
             bytes.clear();
             options()
                 .serialize_into(&mut *bytes, wr)
                 .map_err(|_| PushError::TooLarge)?;
-            self.push_encoded(&bytes)
-        })
+            self.push_encoded(bytes)
+        };
+        // A post while the thread's locals are torn down (from a
+        // destructor) encodes into a buffer of its own.
+        ENCODED
+            .try_with(|buf| encode(&mut buf.borrow_mut()))
+            .unwrap_or_else(|_| encode(&mut Vec::new()))
     }
 
     fn push_encoded(&self, bytes: &[u8]) -> Result<bool, PushError> {

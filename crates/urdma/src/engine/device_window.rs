@@ -32,8 +32,10 @@ pub const DEVICE_WINDOW: u64 = 1024;
 /// window is.
 pub const FAIR_SHARE: u32 = 2;
 
-/// The packets of `qp` that count toward the device window: sent and not
-/// acknowledged, for an RC QP that sends to the network.
+/// The packets of `qp` that count toward the device window: the PSNs it
+/// sent and that are not acknowledged (a READ counts the responses it
+/// asked for, as the QP's own window does), for an RC QP that sends to
+/// the network.
 fn in_flight(qp: &QpCtx) -> u32 {
     let sending = matches!(qp.state(), QpState::Rts | QpState::Sqd);
     if qp.qp_type != QpType::Rc || qp.internal || !sending {
@@ -63,6 +65,16 @@ pub(crate) fn holds_back(qp: &QpCtx, psn: u32, total: u64) -> bool {
         && total >= DEVICE_WINDOW
         && psn::diff(psn, qp.req.high_psn) >= 0
         && psn::diff(psn, qp.req.una) >= FAIR_SHARE as i32
+}
+
+/// Whether the packet `psn` that `qp` sends now must ask for an ACK
+/// because the device window would hold back the next one: the ACK it
+/// waits for must not wait for a timeout.
+pub(crate) fn asks_ack(qp: &QpCtx, psn: u32, total: u64) -> bool {
+    qp.qp_type == QpType::Rc
+        && !qp.internal
+        && total + 1 >= DEVICE_WINDOW
+        && psn::diff(psn::add(psn, 1), qp.req.una) >= FAIR_SHARE as i32
 }
 
 #[cfg(test)]
@@ -132,5 +144,18 @@ mod tests {
         internal.internal = true;
         assert!(!holds_back(&internal, 110, DEVICE_WINDOW));
         assert_eq!(in_flight(&internal), 0);
+    }
+
+    #[test]
+    fn the_last_packet_before_a_hold_asks_for_an_ack() {
+        // Nothing outstanding: the first packet leaves one, the second
+        // would be held after it.
+        let qp = rc_qp(110, 110);
+        assert!(!asks_ack(&qp, 110, DEVICE_WINDOW - 1));
+        assert!(asks_ack(&qp, 111, DEVICE_WINDOW - 1));
+        assert!(!asks_ack(&qp, 111, DEVICE_WINDOW - 2));
+        let mut internal = rc_qp(110, 110);
+        internal.internal = true;
+        assert!(!asks_ack(&internal, 111, DEVICE_WINDOW));
     }
 }

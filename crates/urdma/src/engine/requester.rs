@@ -363,7 +363,8 @@ fn send_one(
             || seg.position.ends_message()
             || (k + 1).is_multiple_of(ACK_EVERY)
             || window_full_next
-            || ack_due);
+            || ack_due
+            || device_window::asks_ack(qp, cur, *cx.device_inflight));
     bth.selective = rc && cx.selective;
     let repr =
         request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;

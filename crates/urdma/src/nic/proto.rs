@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Protocol version; a driver and an agent of different versions refuse
 /// each other at [`Request::Hello`].
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 256 << 10;
