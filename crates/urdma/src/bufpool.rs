@@ -83,9 +83,35 @@ pub fn give_all(bufs: impl IntoIterator<Item = Vec<u8>>) {
     }
 }
 
+impl Class {
+    /// Free the buffers this class keeps.
+    fn release(&self) {
+        let kept = std::mem::take(&mut *self.free.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(kept);
+    }
+}
+
+/// Free every kept buffer (the NIC went idle: nothing needs them soon).
+pub fn release_all() {
+    for class in &CLASSES {
+        class.release();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_released_class_keeps_nothing() {
+        let class = Class {
+            capacity: 64,
+            kept: 4,
+            free: Mutex::new(vec![Vec::with_capacity(64), Vec::with_capacity(64)]),
+        };
+        class.release();
+        assert!(class.free.lock().unwrap().is_empty());
+    }
 
     #[test]
     fn small_requests_use_the_allocator() {

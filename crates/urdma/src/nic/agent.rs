@@ -391,6 +391,11 @@ impl Drop for OpenSession<'_> {
         if let Some(d) = self.session.close() {
             self.nic.release(d);
         }
+        // The last session (this one still counts): the NIC is idle, and
+        // the packet buffers it kept for the next burst go back too.
+        if self.nic.sessions.load(Ordering::Acquire) <= 1 {
+            crate::bufpool::release_all();
+        }
         channel::release_free_memory();
     }
 }
