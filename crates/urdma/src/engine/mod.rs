@@ -45,6 +45,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use timer::QpDeadlines as _;
 use urdma_wire::{IcrcContext, OpKind, WireError};
 
 /// Tells whether an address is served by a device of the same NIC, whose
@@ -344,18 +345,9 @@ impl Engine {
                 .filter_map(|q| q.timers.next_deadline())
                 .min()
         } else {
-            let deadline_of = |qpn: u32| self.qps.get(&qpn)?.timers.next_deadline();
-            let all = || self.qp_deadlines();
-            self.timer_index.earliest(deadline_of, self.qps.len(), all)
+            self.timer_index.earliest(&self.qps)
         };
         qps.into_iter().chain(self.cm.next_deadline()).min()
-    }
-
-    /// Every QP's number and earliest timer deadline.
-    fn qp_deadlines(&self) -> impl Iterator<Item = (u32, Option<u64>)> + '_ {
-        self.qps
-            .iter()
-            .map(|(&qpn, qp)| (qpn, qp.timers.next_deadline()))
     }
 
     /// Run expired timers.
@@ -365,17 +357,17 @@ impl Engine {
         // Only QPs with a timer due, found through the index: a NIC with
         // thousands of idle QPs does not visit each of them.
         let index = self.timer_index.clone();
-        let deadline_of = |qpn: u32| self.qps.get(&qpn)?.timers.next_deadline();
         let due = if self.qps.len() <= timer::SCAN_QPS {
             let mut due: Vec<u32> = self
-                .qp_deadlines()
+                .qps
+                .all()
                 .filter(|&(_, d)| d.is_some_and(|d| d <= now))
                 .map(|(qpn, _)| qpn)
                 .collect();
             due.sort_unstable();
             due
         } else {
-            index.take_due(now, deadline_of, self.qps.len(), || self.qp_deadlines())
+            index.take_due(now, &self.qps)
         };
         let (qps, mut cx) = self.split(now);
         for qpn in due {

@@ -393,3 +393,18 @@ impl QpCtx {
         };
     }
 }
+
+impl super::timer::QpDeadlines for super::HashMap<u32, QpCtx> {
+    fn deadline_of(&self, qpn: u32) -> Option<u64> {
+        self.get(&qpn)?.timers.next_deadline()
+    }
+
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn all(&self) -> impl Iterator<Item = (u32, Option<u64>)> + '_ {
+        self.iter()
+            .map(|(&qpn, qp)| (qpn, qp.timers.next_deadline()))
+    }
+}

@@ -122,6 +122,16 @@ struct IndexInner {
     dropped: bool,
 }
 
+/// What the index needs to know of the QPs.
+pub(crate) trait QpDeadlines {
+    /// QP `qpn`'s earliest deadline (None: no timer runs, or no such QP).
+    fn deadline_of(&self, qpn: u32) -> Option<u64>;
+    /// How many QPs there are.
+    fn count(&self) -> usize;
+    /// Every QP's number and earliest deadline, for a rebuild.
+    fn all(&self) -> impl Iterator<Item = (u32, Option<u64>)> + '_;
+}
+
 /// Entries beyond twice the QPs that make [`TimerIndex::earliest`]
 /// rebuild the index.
 const SLACK: usize = 1024;
@@ -154,38 +164,26 @@ impl TimerIndex {
         }
     }
 
-    /// Rebuild the entries from every QP's number and earliest deadline
-    /// if they were dropped or are many more than the `qps` QPs.
-    fn refresh<I>(g: &mut IndexInner, qps: usize, all: impl FnOnce() -> I)
-    where
-        I: Iterator<Item = (u32, Option<u64>)>,
-    {
-        if g.dropped || g.heap.len() > 2 * qps + SLACK {
-            g.heap = all()
+    /// Lock the index, first rebuilding its entries from `qps` if they
+    /// were dropped or are many more than the QPs.
+    fn refreshed(&self, qps: &impl QpDeadlines) -> std::sync::MutexGuard<'_, IndexInner> {
+        let mut g = self.lock();
+        if g.dropped || g.heap.len() > 2 * qps.count() + SLACK {
+            g.heap = qps
+                .all()
                 .filter_map(|(qpn, d)| Some(Reverse((d?, qpn))))
                 .collect();
             g.dropped = false;
         }
+        g
     }
 
-    /// The earliest deadline of any QP: `deadline_of` gives a QP's
-    /// earliest deadline (None for no timer or no such QP), `all` every
-    /// QP's number and earliest deadline, for a rebuild; `qps` is how many
-    /// QPs there are.
-    pub(crate) fn earliest<I>(
-        &self,
-        deadline_of: impl Fn(u32) -> Option<u64>,
-        qps: usize,
-        all: impl FnOnce() -> I,
-    ) -> Option<u64>
-    where
-        I: Iterator<Item = (u32, Option<u64>)>,
-    {
-        let mut g = self.lock();
-        Self::refresh(&mut g, qps, all);
+    /// The earliest deadline of any of `qps`.
+    pub(crate) fn earliest(&self, qps: &impl QpDeadlines) -> Option<u64> {
+        let mut g = self.refreshed(qps);
         let heap = &mut g.heap;
         while let Some(&Reverse((at, qpn))) = heap.peek() {
-            match deadline_of(qpn) {
+            match qps.deadline_of(qpn) {
                 Some(d) if d == at => return Some(at),
                 // Moved: its entry now says when.
                 Some(d) => {
@@ -203,18 +201,8 @@ impl TimerIndex {
     /// The QPs with a timer due at `now`, in QP-number order, each once.
     /// Their entries leave the index: after running their timers, the
     /// caller reports each one's deadline again ([`TimerIndex::push`]).
-    pub(crate) fn take_due<I>(
-        &self,
-        now: u64,
-        deadline_of: impl Fn(u32) -> Option<u64>,
-        qps: usize,
-        all: impl FnOnce() -> I,
-    ) -> Vec<u32>
-    where
-        I: Iterator<Item = (u32, Option<u64>)>,
-    {
-        let mut g = self.lock();
-        Self::refresh(&mut g, qps, all);
+    pub(crate) fn take_due(&self, now: u64, qps: &impl QpDeadlines) -> Vec<u32> {
+        let mut g = self.refreshed(qps);
         let heap = &mut g.heap;
         let mut due = Vec::new();
         while let Some(&Reverse((at, qpn))) = heap.peek() {
@@ -222,7 +210,7 @@ impl TimerIndex {
                 break;
             }
             heap.pop();
-            match deadline_of(qpn) {
+            match qps.deadline_of(qpn) {
                 Some(d) if d <= now => due.push(qpn),
                 Some(d) => heap.push(Reverse((d, qpn))),
                 None => {}
@@ -250,12 +238,20 @@ mod tests {
             .collect()
     }
 
+    impl QpDeadlines for HashMap<u32, Timers> {
+        fn deadline_of(&self, qpn: u32) -> Option<u64> {
+            self.get(&qpn)?.next_deadline()
+        }
+        fn count(&self) -> usize {
+            self.len()
+        }
+        fn all(&self) -> impl Iterator<Item = (u32, Option<u64>)> + '_ {
+            self.iter().map(|(&q, t)| (q, t.next_deadline()))
+        }
+    }
+
     fn earliest(index: &TimerIndex, qps: &HashMap<u32, Timers>) -> Option<u64> {
-        index.earliest(
-            |q| qps.get(&q).and_then(Timers::next_deadline),
-            qps.len(),
-            || qps.iter().map(|(&q, t)| (q, t.next_deadline())),
-        )
+        index.earliest(qps)
     }
 
     #[test]
@@ -294,10 +290,8 @@ mod tests {
                 .set(TimerKind::Retransmit, Some(at));
         }
         qps.get_mut(&1).unwrap().set(TimerKind::Probe, Some(25));
-        let deadline_of = |q: u32| qps.get(&q).and_then(Timers::next_deadline);
-        let all = || qps.iter().map(|(&q, t)| (q, t.next_deadline()));
-        assert_eq!(index.take_due(30, deadline_of, 4, all), vec![0, 1, 3]);
-        assert_eq!(index.take_due(30, deadline_of, 4, all), Vec::<u32>::new());
+        assert_eq!(index.take_due(30, &qps), vec![0, 1, 3]);
+        assert_eq!(index.take_due(30, &qps), Vec::<u32>::new());
         assert_eq!(earliest(&index, &qps), Some(500));
     }
 
