@@ -25,8 +25,26 @@ use crate::types::{QpState, QpType};
 
 /// Packets in flight on a device, beyond which QPs are held to their
 /// fair share: 1,024 packets of 4 KiB (4 MiB) queue for a few
-/// milliseconds at the receiver, far below any ACK timeout.
+/// milliseconds at the receiver, far below any ACK timeout. A device
+/// whose socket got a smaller receive buffer has a smaller window
+/// ([`for_receive_buffer`]).
 pub const DEVICE_WINDOW: u64 = 1024;
+
+/// The smallest device window, whatever the buffer.
+pub const MIN_DEVICE_WINDOW: u64 = 16;
+
+/// Bytes of receive buffer a packet of a full 4 KiB MTU takes in the
+/// kernel's accounting (its payload, headers and allocation overhead).
+const BUFFER_PER_PACKET: usize = 8192;
+
+/// The device window for a socket whose receive buffer is `bytes` (as
+/// `SO_RCVBUF` reports it): what the buffer holds of full packets, so
+/// that the peer's socket, sized alike, is not overrun by this device's
+/// QPs together (a user without `CAP_NET_ADMIN` gets at most
+/// `net.core.rmem_max`, 208 KiB by default).
+pub fn for_receive_buffer(bytes: usize) -> u64 {
+    ((bytes / BUFFER_PER_PACKET) as u64).clamp(MIN_DEVICE_WINDOW, DEVICE_WINDOW)
+}
 
 /// Unacknowledged packets a QP may always have, however full the device
 /// window is.
@@ -57,12 +75,13 @@ pub(crate) fn forget(qp: &QpCtx, total: &mut u64) {
 }
 
 /// Whether `qp` must hold back the new packet `psn` because the device
-/// window is full and the QP already has its fair share in flight.
-/// Retransmissions (below `high_psn`) are never held.
-pub(crate) fn holds_back(qp: &QpCtx, psn: u32, total: u64) -> bool {
+/// window (`window` packets) is full with `total` and the QP already has
+/// its fair share in flight. Retransmissions (below `high_psn`) are never
+/// held.
+pub(crate) fn holds_back(qp: &QpCtx, psn: u32, total: u64, window: u64) -> bool {
     qp.qp_type == QpType::Rc
         && !qp.internal
-        && total >= DEVICE_WINDOW
+        && total >= window
         && psn::diff(psn, qp.req.high_psn) >= 0
         && psn::diff(psn, qp.req.una) >= FAIR_SHARE as i32
 }
@@ -70,10 +89,10 @@ pub(crate) fn holds_back(qp: &QpCtx, psn: u32, total: u64) -> bool {
 /// Whether the packet `psn` that `qp` sends now must ask for an ACK
 /// because the device window would hold back the next one: the ACK it
 /// waits for must not wait for a timeout.
-pub(crate) fn asks_ack(qp: &QpCtx, psn: u32, total: u64) -> bool {
+pub(crate) fn asks_ack(qp: &QpCtx, psn: u32, total: u64, window: u64) -> bool {
     qp.qp_type == QpType::Rc
         && !qp.internal
-        && total + 1 >= DEVICE_WINDOW
+        && total + 1 >= window
         && psn::diff(psn::add(psn, 1), qp.req.una) >= FAIR_SHARE as i32
 }
 
@@ -127,22 +146,32 @@ mod tests {
         assert_eq!(total, 0);
     }
 
+    const W: u64 = DEVICE_WINDOW;
+
+    #[test]
+    fn the_window_fits_the_receive_buffer() {
+        // Debian's default limit, doubled by the kernel as it reports it.
+        assert_eq!(for_receive_buffer(2 * 212_992), 52);
+        assert_eq!(for_receive_buffer(32 << 20), DEVICE_WINDOW);
+        assert_eq!(for_receive_buffer(0), MIN_DEVICE_WINDOW);
+    }
+
     #[test]
     fn a_full_window_holds_new_packets_beyond_the_fair_share_only() {
         let qp = rc_qp(100, 110);
-        assert!(!holds_back(&qp, 110, DEVICE_WINDOW - 1));
-        assert!(holds_back(&qp, 110, DEVICE_WINDOW));
+        assert!(!holds_back(&qp, 110, W - 1, W));
+        assert!(holds_back(&qp, 110, W, W));
         // A resend is never held.
-        assert!(!holds_back(&qp, 105, DEVICE_WINDOW));
+        assert!(!holds_back(&qp, 105, W, W));
         // Within its share, a QP sends.
         let idle = rc_qp(110, 110);
-        assert!(!holds_back(&idle, 110, DEVICE_WINDOW * 2));
-        assert!(!holds_back(&idle, 111, DEVICE_WINDOW * 2));
-        assert!(holds_back(&idle, 112, DEVICE_WINDOW * 2));
+        assert!(!holds_back(&idle, 110, W * 2, W));
+        assert!(!holds_back(&idle, 111, W * 2, W));
+        assert!(holds_back(&idle, 112, W * 2, W));
         // Internal QPs and UC QPs are not counted nor held.
         let mut internal = rc_qp(100, 110);
         internal.internal = true;
-        assert!(!holds_back(&internal, 110, DEVICE_WINDOW));
+        assert!(!holds_back(&internal, 110, W, W));
         assert_eq!(in_flight(&internal), 0);
     }
 
@@ -151,11 +180,11 @@ mod tests {
         // Nothing outstanding: the first packet leaves one, the second
         // would be held after it.
         let qp = rc_qp(110, 110);
-        assert!(!asks_ack(&qp, 110, DEVICE_WINDOW - 1));
-        assert!(asks_ack(&qp, 111, DEVICE_WINDOW - 1));
-        assert!(!asks_ack(&qp, 111, DEVICE_WINDOW - 2));
+        assert!(!asks_ack(&qp, 110, W - 1, W));
+        assert!(asks_ack(&qp, 111, W - 1, W));
+        assert!(!asks_ack(&qp, 111, W - 2, W));
         let mut internal = rc_qp(110, 110);
         internal.internal = true;
-        assert!(!asks_ack(&internal, 111, DEVICE_WINDOW));
+        assert!(!asks_ack(&internal, 111, W, W));
     }
 }

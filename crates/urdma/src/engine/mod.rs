@@ -10,7 +10,7 @@ pub mod cwnd;
 mod gsi;
 pub use gsi::{GsiDatagram, GsiSend};
 mod congestion;
-mod device_window;
+pub mod device_window;
 mod ident;
 mod local_ops;
 pub mod mw;
@@ -102,6 +102,8 @@ pub(crate) struct Ctx<'a> {
     pub ecn: bool,
     /// Packets the device's RC QPs have in flight ([`device_window`]).
     pub device_inflight: &'a mut u64,
+    /// The device window, in packets ([`Engine::set_device_window`]).
+    pub device_window: u64,
 }
 
 impl Ctx<'_> {
@@ -189,6 +191,8 @@ pub struct Engine {
     internal_peer: Option<InternalPeerTest>,
     /// Packets the RC QPs have in flight ([`device_window`]).
     device_inflight: u64,
+    /// Packets they may have in flight before each is held to its share.
+    device_window: u64,
     /// Where the QPs' timers report their deadlines.
     timer_index: Arc<timer::TimerIndex>,
 }
@@ -230,6 +234,7 @@ impl Engine {
             kernel_gsi: None,
             internal_peer: None,
             device_inflight: 0,
+            device_window: device_window::DEVICE_WINDOW,
             timer_index: Arc::default(),
         }
     }
@@ -241,6 +246,13 @@ impl Engine {
     /// choice. Unset (the default), every QP uses its path MTU.
     pub fn set_internal_peer_test(&mut self, test: InternalPeerTest) {
         self.internal_peer = Some(test);
+    }
+
+    /// Bound the packets this device's RC QPs have in flight together to
+    /// `packets` (at least [`device_window::MIN_DEVICE_WINDOW`]) before
+    /// each is held to a fair share; see [`device_window`].
+    pub fn set_device_window(&mut self, packets: u64) {
+        self.device_window = packets.max(device_window::MIN_DEVICE_WINDOW);
     }
 
     /// Offer and accept selective retransmission on RC QPs (on by
@@ -332,6 +344,7 @@ impl Engine {
                 selective: self.selective,
                 ecn: self.ecn,
                 device_inflight: &mut self.device_inflight,
+                device_window: self.device_window,
             },
         )
     }

@@ -139,7 +139,7 @@ fn pump_connected(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
         {
             break;
         }
-        if device_window::holds_back(qp, cur, *cx.device_inflight) {
+        if device_window::holds_back(qp, cur, *cx.device_inflight, cx.device_window) {
             break;
         }
         let Some(dst) = qp.remote else { return };
@@ -364,7 +364,7 @@ fn send_one(
             || (k + 1).is_multiple_of(ACK_EVERY)
             || window_full_next
             || ack_due
-            || device_window::asks_ack(qp, cur, *cx.device_inflight));
+            || device_window::asks_ack(qp, cur, *cx.device_inflight, cx.device_window));
     bth.selective = rc && cx.selective;
     let repr =
         request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;

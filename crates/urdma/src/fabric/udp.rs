@@ -123,6 +123,15 @@ impl UdpDriver {
         }));
         let (socket, ecn) = make_socket(local)?;
         engine.set_ecn(ecn);
+        // The kernel may have granted less than asked (without
+        // CAP_NET_ADMIN, at most net.core.rmem_max).
+        if let Ok(granted) = socket2::SockRef::from(&socket).recv_buffer_size() {
+            let window = crate::engine::device_window::for_receive_buffer(granted);
+            if window < crate::engine::device_window::DEVICE_WINDOW {
+                tracing::debug!(granted, window, "receive buffer bounds the device window");
+            }
+            engine.set_device_window(window);
+        }
         let local = socket.local_addr()?;
         let alarm = super::alarm::Alarm::new()?;
         let driver = Arc::new_cyclic(|me| UdpDriver {
