@@ -18,6 +18,15 @@
 # The PID of the program whose command line is exactly $*.
 pid_of() { pgrep -x -f "$*" | head -1; }
 
+# Wait (at most 5 s) until an agent listens on the socket named $1.
+agent_up() {
+    local i
+    for i in $(seq 100); do
+        grep -q "@$1" /proc/net/unix && return 0
+        sleep 0.05
+    done
+}
+
 listener_killed() {
     wanted listener_killed || return 0
     PORT=$((PORT + 1))
@@ -59,12 +68,9 @@ peer_restarted() {
     on_bg "$SERVER_ADDR" "$slog" rping -s -P -a "$SERVER_ADDR" -p "$PORT"
     local spid=$!
     URDMA_NIC_SOCKET=$sock "$URDMA" agent --persist 2>>"$alog" &
-    local apid=$! i
+    local apid=$!
     listening "TCP port $PORT"
-    for i in $(seq 100); do
-        grep -q "@$sock" /proc/net/unix && break
-        sleep 0.05
-    done
+    agent_up "$sock"
     URDMA_NIC_SOCKET=$sock on_bg "$CLIENT_ADDR" "$c1" rping -c -a "$SERVER_ADDR" -p "$PORT" -C 1000000 -v
     local c1pid=$!
     sleep 2
@@ -74,10 +80,7 @@ peer_restarted() {
     wait "$apid" 2>/dev/null
     URDMA_NIC_SOCKET=$sock "$URDMA" agent --persist 2>>"$alog" &
     apid=$!
-    for i in $(seq 100); do
-        grep -q "@$sock" /proc/net/unix && break
-        sleep 0.05
-    done
+    agent_up "$sock"
     kill "$c1pid" 2>/dev/null
     wait "$c1pid" 2>/dev/null
     URDMA_NIC_SOCKET=$sock on "$CLIENT_ADDR" "$c2" rping -c -a "$SERVER_ADDR" -p "$PORT" -C 10 -v

@@ -185,7 +185,6 @@ pub fn compute_icrc_with(
     Ok(hasher.finalize())
 }
 
-/// Splits a complete datagram into its body and the ICRC value it carries.
 /// Length of a datagram's part before its ICRC, if it holds a BTH and
 /// an ICRC.
 fn body_len(len: usize) -> Result<usize, WireError> {
@@ -194,6 +193,7 @@ fn body_len(len: usize) -> Result<usize, WireError> {
         .ok_or(WireError::Truncated(len))
 }
 
+/// Splits a complete datagram into its body and the ICRC value it carries.
 fn split_icrc(datagram: &[u8]) -> Result<(&[u8], u32), WireError> {
     let len = datagram.len();
     let body_len = body_len(len)?;

@@ -30,8 +30,8 @@ pub struct MrEntry {
     pub invalidatable: bool,
     /// Byte ranges handed to the engine as local buffers of posted work
     /// requests, still in flight: (start, end) and how many times. Kept
-    /// for owned memory only, the one kind the safe API reads and writes
-    /// (see [`MrEntry::is_busy`]).
+    /// for owned memory only (allocated in the engine's own process, where
+    /// the safe API's reads and writes check it: [`MrEntry::is_busy`]).
     inflight: Mutex<std::collections::HashMap<(usize, usize), usize>>,
 }
 

@@ -297,20 +297,24 @@ impl WorkRing {
         }
         let idx = self.cons.load(Relaxed);
         let off = self.slot_off(idx);
-        let mut len = [0u8; LEN_PREFIX];
-        let decoded = SLOT.with(|slot| {
-            let mut buf = slot.borrow_mut();
+        let decode = |buf: &mut Vec<u8>| {
+            let mut len = [0u8; LEN_PREFIX];
             self.map.read_bytes(off, &mut len).ok()?;
             let n = u32::from_ne_bytes(len) as usize;
             if n + LEN_PREFIX > self.slot_len {
                 return None;
             }
             buf.resize(n, 0);
-            self.map.read_bytes(off + LEN_PREFIX, &mut buf).ok()?;
+            self.map.read_bytes(off + LEN_PREFIX, buf).ok()?;
             // Lengths inside the request are bounded by the slot.
             let decoder = options().with_limit(self.slot_len as u64);
-            decoder.deserialize(&buf).ok()
-        });
+            decoder.deserialize(buf).ok()
+        };
+        // A take while the thread's locals are torn down decodes in a
+        // buffer of its own, as a post does.
+        let decoded = SLOT
+            .try_with(|slot| decode(&mut slot.borrow_mut()))
+            .unwrap_or_else(|_| decode(&mut Vec::new()));
         self.cons.store(idx.wrapping_add(1), Relaxed);
         self.map
             .atomic_u64(CONS)

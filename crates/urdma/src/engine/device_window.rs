@@ -50,13 +50,19 @@ pub fn for_receive_buffer(bytes: usize) -> u64 {
 /// window is.
 pub const FAIR_SHARE: u32 = 2;
 
+/// Whether `qp`'s packets count toward the device window: an RC QP
+/// that sends to the network.
+fn counted(qp: &QpCtx) -> bool {
+    qp.qp_type == QpType::Rc && !qp.internal
+}
+
 /// The packets of `qp` that count toward the device window: the PSNs it
 /// sent and that are not acknowledged (a READ counts the responses it
 /// asked for, as the QP's own window does), for an RC QP that sends to
 /// the network.
 fn in_flight(qp: &QpCtx) -> u32 {
     let sending = matches!(qp.state(), QpState::Rts | QpState::Sqd);
-    if qp.qp_type != QpType::Rc || qp.internal || !sending {
+    if !counted(qp) || !sending {
         return 0;
     }
     psn::diff(qp.req.high_psn, qp.req.una).max(0) as u32
@@ -79,8 +85,7 @@ pub(crate) fn forget(qp: &QpCtx, total: &mut u64) {
 /// its fair share in flight. Retransmissions (below `high_psn`) are never
 /// held.
 pub(crate) fn holds_back(qp: &QpCtx, psn: u32, total: u64, window: u64) -> bool {
-    qp.qp_type == QpType::Rc
-        && !qp.internal
+    counted(qp)
         && total >= window
         && psn::diff(psn, qp.req.high_psn) >= 0
         && psn::diff(psn, qp.req.una) >= FAIR_SHARE as i32
@@ -90,8 +95,7 @@ pub(crate) fn holds_back(qp: &QpCtx, psn: u32, total: u64, window: u64) -> bool 
 /// because the device window would hold back the next one: the ACK it
 /// waits for must not wait for a timeout.
 pub(crate) fn asks_ack(qp: &QpCtx, psn: u32, total: u64, window: u64) -> bool {
-    qp.qp_type == QpType::Rc
-        && !qp.internal
+    counted(qp)
         && total + 1 >= window
         && psn::diff(psn::add(psn, 1), qp.req.una) >= FAIR_SHARE as i32
 }

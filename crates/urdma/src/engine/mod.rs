@@ -420,9 +420,9 @@ impl Engine {
     }
 
     /// As [`Engine::handle_batch`], for datagrams that another engine of
-    /// this NIC built and handed over internally (internal loopback): the
-    /// ICRC was computed by this very code, and no wire could corrupt
-    /// them, so it is not checked again.
+    /// this NIC built and handed over internally (internal loopback): no
+    /// wire could corrupt them, and those of RC and UC QPs between its
+    /// devices carry no ICRC (`tx::Icrc::Internal`), so it is not checked.
     pub fn handle_internal_batch<'d>(
         &mut self,
         now: u64,

@@ -59,13 +59,12 @@ impl Timers {
     /// Only a deadline earlier than all the QP's others is reported: the
     /// index already holds an entry at or before those.
     pub(crate) fn set(&mut self, k: TimerKind, at: Option<u64>) {
-        let before = self.next_deadline();
-        self.deadlines[k as usize] = at;
         if let (Some(at), Some((index, qpn))) = (at, &self.index) {
-            if before.is_none_or(|b| at < b) {
+            if self.next_deadline().is_none_or(|b| at < b) {
                 index.push(at, *qpn);
             }
         }
+        self.deadlines[k as usize] = at;
     }
 
     /// Stop timer `k`.

@@ -60,9 +60,9 @@ pub struct PayloadError;
 pub enum Icrc {
     /// Computed, as every packet that may cross a link needs.
     Sealed,
-    /// Left zero: the packet goes to a device of this NIC (a QP whose
-    /// peer is internal), whose receiver does not check it; a capture
-    /// fills it in ([`urdma_wire::reseal`]).
+    /// Left zero: the packet is for a device of this NIC (a QP whose peer
+    /// was internal when it moved to RTR), whose receiver does not check
+    /// it; a capture fills it in ([`urdma_wire::reseal`]).
     Internal,
 }
 
@@ -112,8 +112,8 @@ pub fn send(
         Icrc::Sealed => urdma_wire::seal(&mut out, &IcrcContext { src: cx.local, dst }),
         Icrc::Internal => urdma_wire::close_unsealed(&mut out),
     };
-    if closed.is_err() {
-        tracing::error!(%dst, "cannot seal packet (address family mismatch)");
+    if let Err(e) = closed {
+        tracing::error!(%dst, error = %e, "cannot close packet");
         return Err(PayloadError);
     }
     let n = out.len() as u64;

@@ -163,8 +163,6 @@ pub(crate) struct Routed {
     targets: Few<Arc<UdpDriver>>,
     /// Datagrams for each of `targets`.
     counts: Few<usize>,
-    /// Datagrams that stay inside.
-    pub internal_count: usize,
 }
 
 impl Routed {
@@ -173,7 +171,6 @@ impl Routed {
         let mut seen: Few<(SocketAddr, Option<usize>)> = SmallVec::new();
         let mut targets: Few<Arc<UdpDriver>> = SmallVec::new();
         let mut counts: Few<usize> = SmallVec::new();
-        let mut internal_count = 0;
         let route = out
             .iter()
             .map(|t| {
@@ -191,7 +188,6 @@ impl Routed {
                 };
                 if let Some(i) = r {
                     counts[i] += 1;
-                    internal_count += 1;
                 }
                 r
             })
@@ -201,8 +197,12 @@ impl Routed {
             route,
             targets,
             counts,
-            internal_count,
         }
+    }
+
+    /// Datagrams that stay inside.
+    pub fn internal_count(&self) -> usize {
+        self.counts.iter().sum()
     }
 
     /// Every datagram in the order the engine produced them, with
@@ -216,13 +216,13 @@ impl Routed {
 
     /// The datagrams for each internal device, and those for the network.
     pub fn split(self) -> (Few<Delivery>, Vec<Transmit>) {
+        let mut external = Vec::with_capacity(self.out.len() - self.internal_count());
         let mut internal: Few<Delivery> = self
             .targets
             .into_iter()
             .zip(self.counts)
             .map(|(d, n)| (d, Vec::with_capacity(n)))
             .collect();
-        let mut external = Vec::with_capacity(self.out.len() - self.internal_count);
         for (t, r) in self.out.into_iter().zip(self.route) {
             match r {
                 Some(i) => internal[i].1.push(t.data),

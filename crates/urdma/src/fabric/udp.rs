@@ -213,8 +213,9 @@ impl UdpDriver {
             return;
         }
         let routed = Routed::new(out);
-        if routed.internal_count > 0 {
-            eng.count_loopback(routed.internal_count as u64);
+        let internal = routed.internal_count();
+        if internal > 0 {
+            eng.count_loopback(internal as u64);
         }
         let sending = self.send_order.lock().unwrap_or_else(|e| e.into_inner());
         drop(eng);

@@ -179,6 +179,7 @@ impl Session {
             self.handle_doorbells(vec![req], false);
             return None;
         }
+        let cm = matches!(req, Request::Cm(_));
         let r = self.run(nic, req, fds);
         // Reported when a count changed (every object is made or freed by
         // one request), not after each request of a session with many QPs.
@@ -190,7 +191,11 @@ impl Session {
             self.qps.len(),
         ];
         if let Some(dev) = &self.device {
-            let listening = self.listening(dev);
+            // Only a CM request changes what the session listens on.
+            let listening = match &self.reported {
+                Some((_, l)) if !cm => l.clone(),
+                _ => self.listening(dev),
+            };
             if self.reported.as_ref() != Some(&(counts, listening.clone())) {
                 self.reported = Some((counts, listening));
                 dev.report(self.id, Some(self.holdings()));
