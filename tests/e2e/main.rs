@@ -10,6 +10,7 @@ mod edge;
 mod errors;
 mod faults;
 mod harness;
+mod internal;
 mod large;
 mod ops;
 mod pattern;
@@ -96,6 +97,10 @@ fn trials() -> Vec<Trial> {
         trial("raw_psn_gap", raw::psn_gap),
         trial("raw_ack_msn", raw::ack_msn),
         trial("raw_invalid_requests", raw::invalid_requests),
+        trial(
+            "internal_peer_stopped_packets_sealed",
+            internal::packets_to_a_stopped_internal_peer_are_sealed,
+        ),
         trial("large_1gib_write_read", large::write_and_read_1gib),
     ];
     for mtu in [256, 512, 1024, 2048, 4096] {

@@ -56,6 +56,8 @@ pub struct UdpDriver {
     parked: AtomicBool,
     /// Wakes the receive thread, now or at a deadline.
     alarm: super::alarm::Alarm,
+    /// Held while the alarm's timer is set (see `arm_alarm`).
+    arming: Mutex<()>,
 }
 
 impl Drop for UdpDriver {
@@ -153,6 +155,7 @@ impl UdpDriver {
             me: me.clone(),
             parked: AtomicBool::new(false),
             alarm,
+            arming: Mutex::new(()),
         });
         super::loopback::attach(&driver);
         Ok(driver)
@@ -199,15 +202,18 @@ impl UdpDriver {
         let for_kernel = eng.take_kernel_gsi();
         self.events.push(eng.take_events());
         self.cm_events.push(eng.take_cm_events());
-        if let Some(d) = eng.next_deadline() {
-            if d < self.sleeping_until.load(Ordering::Acquire) {
-                self.sleeping_until.store(d, Ordering::Release);
-                let after = d.saturating_sub(self.now());
-                self.alarm.wake_after(Duration::from_nanos(after));
-            }
+        // A deadline nearer than the receive thread's sleep: the thread's
+        // timer is set once the datagrams are on their way (a system call
+        // that a message need not wait for).
+        let nearer = eng
+            .next_deadline()
+            .filter(|&d| d < self.sleeping_until.load(Ordering::Acquire));
+        if let Some(d) = nearer {
+            self.sleeping_until.store(d, Ordering::Release);
         }
         if out.is_empty() {
             drop(eng);
+            self.arm_alarm(nearer);
             self.to_kernel_gsi(for_kernel);
             self.take_own_inbox();
             return;
@@ -244,6 +250,7 @@ impl UdpDriver {
             targets.push((target, many));
         }
         let mut external = external;
+        self.seal_for_network(&mut external);
         let failed = super::batch::send_all(self.socket.as_raw_fd(), &mut external);
         drop(sending);
         crate::bufpool::give_all(external.into_iter().map(|t| t.data));
@@ -254,11 +261,42 @@ impl UdpDriver {
                 super::loopback::run_inline(target);
             }
         }
+        self.arm_alarm(nearer);
         self.take_own_inbox();
         self.to_kernel_gsi(for_kernel);
         if failed > 0 {
             tracing::debug!(failed, "datagrams not sent");
             self.lock().count_tx_errors(failed as u64);
+        }
+    }
+
+    /// Give an ICRC to datagrams that were closed without one for a peer
+    /// inside this process (RC and UC QPs whose peer was internal when
+    /// they were connected) but go to the network: that device has
+    /// stopped and another process may hold its address now. A zero
+    /// field is what such a datagram carries; a sealed one whose ICRC
+    /// happens to be zero is sealed again to the same value.
+    fn seal_for_network(&self, external: &mut [crate::engine::Transmit]) {
+        for t in external.iter_mut() {
+            if t.data.ends_with(&[0; urdma_wire::ICRC_LEN]) {
+                let ctx = urdma_wire::IcrcContext::new(self.local, t.dst);
+                if let Err(e) = urdma_wire::reseal(&mut t.data, &ctx) {
+                    tracing::debug!(dst = %t.dst, error = %e, "cannot seal a datagram");
+                }
+            }
+        }
+    }
+
+    /// Set the receive thread's timer for deadline `d` (engine time),
+    /// unless the thread no longer sleeps until `d`: a nearer deadline
+    /// came since (whose flush sets the timer) or the thread woke and
+    /// times its own sleep.
+    fn arm_alarm(&self, d: Option<u64>) {
+        let Some(d) = d else { return };
+        let _arming = self.arming.lock().unwrap_or_else(|e| e.into_inner());
+        if self.sleeping_until.load(Ordering::Acquire) == d {
+            let after = d.saturating_sub(self.now());
+            self.alarm.wake_after(Duration::from_nanos(after));
         }
     }
 

@@ -459,10 +459,17 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
     loop {
         fds.clear();
         let got = channel::recv_polling(&conn, &mut buf, &mut fds, || {
-            if session.poll_rings() {
-                last_post = std::time::Instant::now();
+            if busy_poll.is_zero() {
+                // No window: no clock to read (a system call where the
+                // clock source is not the TSC, as in many VMs).
+                session.stop_polling();
+                return None;
             }
-            if std::time::Instant::now() < last_post + busy_poll {
+            let now = std::time::Instant::now();
+            if session.poll_rings() {
+                last_post = now;
+            }
+            if now < last_post + busy_poll {
                 // Posts come through the polled rings: the socket, which
                 // costs a system call to look at, only carries the rest.
                 round = round.wrapping_add(1);
@@ -528,7 +535,9 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
             }
         }
         session.handle_doorbells(posts, !busy_poll.is_zero());
-        last_post = std::time::Instant::now();
+        if !busy_poll.is_zero() {
+            last_post = std::time::Instant::now();
+        }
         if let Some(r) = next {
             if let Some(a) = session.handle(nic, r, &mut fds) {
                 if answer(&conn, &a).is_err() {
