@@ -83,12 +83,16 @@ pub(crate) fn forget(qp: &QpCtx, total: &mut u64) {
 /// Whether `qp` must hold back the new packet `psn` because the device
 /// window (`window` packets) is full with `total` and the QP already has
 /// its fair share in flight. Retransmissions (below `high_psn`) are never
-/// held.
+/// held, nor is a QP whose newest packet asked for no ACK (it went out
+/// before the window filled): a peer need not acknowledge such packets,
+/// so the QP sends one more, which asks ([`asks_ack`]), rather than wait
+/// for its retransmission timer, or forever if it has none.
 pub(crate) fn holds_back(qp: &QpCtx, psn: u32, total: u64, window: u64) -> bool {
     counted(qp)
         && total >= window
         && psn::diff(psn, qp.req.high_psn) >= 0
         && psn::diff(psn, qp.req.una) >= FAIR_SHARE as i32
+        && qp.req.ack_req_psn == psn::prev(qp.req.high_psn)
 }
 
 /// Whether the packet `psn` that `qp` sends now must ask for an ACK
@@ -121,6 +125,8 @@ mod tests {
         qp.attr.qp_state = QpState::Rts;
         qp.req.una = una;
         qp.req.high_psn = high;
+        // Its newest packet asked for an ACK.
+        qp.req.ack_req_psn = psn::prev(high);
         qp
     }
 
@@ -168,15 +174,28 @@ mod tests {
         // A resend is never held.
         assert!(!holds_back(&qp, 105, W, W));
         // Within its share, a QP sends.
-        let idle = rc_qp(110, 110);
-        assert!(!holds_back(&idle, 110, W * 2, W));
-        assert!(!holds_back(&idle, 111, W * 2, W));
-        assert!(holds_back(&idle, 112, W * 2, W));
+        assert!(!holds_back(&rc_qp(110, 110), 110, W * 2, W));
+        assert!(!holds_back(&rc_qp(110, 111), 111, W * 2, W));
+        assert!(holds_back(&rc_qp(110, 112), 112, W * 2, W));
         // Internal QPs and UC QPs are not counted nor held.
         let mut internal = rc_qp(100, 110);
         internal.internal = true;
         assert!(!holds_back(&internal, 110, W, W));
         assert_eq!(in_flight(&internal), 0);
+    }
+
+    #[test]
+    fn a_qp_whose_newest_packet_asked_no_ack_sends_one_that_does() {
+        // Packets 100..110 left before the window filled; the newest, 109,
+        // asked for no ACK, which a peer then need not send.
+        let mut qp = rc_qp(100, 110);
+        qp.req.ack_req_psn = 105;
+        assert!(!holds_back(&qp, 110, W, W));
+        assert!(asks_ack(&qp, 110, W, W));
+        // Once 110 has left asking for one, the QP waits for it.
+        qp.req.high_psn = 111;
+        qp.req.ack_req_psn = 110;
+        assert!(holds_back(&qp, 111, W, W));
     }
 
     #[test]

@@ -370,6 +370,7 @@ fn send_one(
         request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;
     if bth.ack_req {
         qp.req.ack_req_at = cx.now;
+        qp.req.ack_req_psn = cur;
     }
     let has_payload = repr.bth.opcode.info().has_payload;
     let staged = match &wqe.payload {
