@@ -1,5 +1,5 @@
 # Fault checks of tests/rdmacm/run (sourced: uses its on, on_bg, ok, bad,
-# wanted, listening, PORT, LOGS, URDMA and addresses).
+# wanted, server_listens, PORT, LOGS, URDMA and addresses).
 #
 # - A listener killed between REQ and REP: the server program is stopped
 #   before the client connects, so the NIC's CM holds the REQ for it, then
@@ -35,7 +35,7 @@ listener_killed() {
     (on "$SERVER_ADDR" "$slog" rping -s -a "$SERVER_ADDR" -p "$PORT") 2>/dev/null &
     local spid=$! rpid=
     # Listening before it stops: a REQ too early would meet no listener.
-    listening "TCP port $PORT"
+    server_listens listener_killed "$spid" "TCP port $PORT" "$slog" || return
     rpid=$(pid_of rping -s -a "$SERVER_ADDR" -p "$PORT")
     if [ -z "$rpid" ]; then
         bad "listener killed between REQ and REP (no server)" "$slog"
@@ -69,7 +69,11 @@ peer_restarted() {
     local spid=$!
     URDMA_NIC_SOCKET=$sock "$URDMA" agent --persist 2>>"$alog" &
     local apid=$!
-    listening "TCP port $PORT"
+    if ! server_listens peer_restarted "$spid" "TCP port $PORT" "$slog"; then
+        kill "$apid" 2>/dev/null
+        wait "$apid" 2>/dev/null
+        return
+    fi
     agent_up "$sock"
     URDMA_NIC_SOCKET=$sock on_bg "$CLIENT_ADDR" "$c1" rping -c -a "$SERVER_ADDR" -p "$PORT" -C 1000000 -v
     local c1pid=$!
