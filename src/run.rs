@@ -149,7 +149,14 @@ fn link_rdmacm(dir: &Path) -> Result<()> {
             .map(|(_, f)| f)
     };
     match beside.filter(|f| f.exists()).or_else(newest) {
-        Some(from) => relink(&from.canonicalize()?, &dir.join(soname)),
+        Some(from) => {
+            let from = from.canonicalize()?;
+            // Beside it, by name: the link holds wherever the directory
+            // is seen from (moved, or shared read-only into a container).
+            let same_dir = dir.canonicalize().ok().as_deref() == from.parent();
+            let target = if same_dir { Path::new(built) } else { &from };
+            relink(target, &dir.join(soname))
+        }
         None => {
             eprintln!("urdma: no {built} was built: rdma_cm programs will not see urdma devices");
             Ok(())
