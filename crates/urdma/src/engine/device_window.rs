@@ -84,15 +84,16 @@ pub(crate) fn forget(qp: &QpCtx, total: &mut u64) {
 /// window (`window` packets) is full with `total` and the QP already has
 /// its fair share in flight. Retransmissions (below `high_psn`) are never
 /// held, nor is a QP whose newest packet asked for no ACK (it went out
-/// before the window filled): a peer need not acknowledge such packets,
-/// so the QP sends one more, which asks ([`asks_ack`]), rather than wait
-/// for its retransmission timer, or forever if it has none.
+/// before the window filled) and is no READ or atomic request: a peer
+/// need not acknowledge such packets, so the QP sends one more, which
+/// asks ([`asks_ack`]), rather than wait for its retransmission timer,
+/// or forever if it has none.
 pub(crate) fn holds_back(qp: &QpCtx, psn: u32, total: u64, window: u64) -> bool {
     counted(qp)
         && total >= window
         && psn::diff(psn, qp.req.high_psn) >= 0
         && psn::diff(psn, qp.req.una) >= FAIR_SHARE as i32
-        && qp.req.ack_req_psn == psn::prev(qp.req.high_psn)
+        && qp.req.newest_answered
 }
 
 /// Whether the packet `psn` that `qp` sends now must ask for an ACK
@@ -126,7 +127,7 @@ mod tests {
         qp.req.una = una;
         qp.req.high_psn = high;
         // Its newest packet asked for an ACK.
-        qp.req.ack_req_psn = psn::prev(high);
+        qp.req.newest_answered = true;
         qp
     }
 
@@ -189,12 +190,12 @@ mod tests {
         // Packets 100..110 left before the window filled; the newest, 109,
         // asked for no ACK, which a peer then need not send.
         let mut qp = rc_qp(100, 110);
-        qp.req.ack_req_psn = 105;
+        qp.req.newest_answered = false;
         assert!(!holds_back(&qp, 110, W, W));
         assert!(asks_ack(&qp, 110, W, W));
         // Once 110 has left asking for one, the QP waits for it.
         qp.req.high_psn = 111;
-        qp.req.ack_req_psn = 110;
+        qp.req.newest_answered = true;
         assert!(holds_back(&qp, 111, W, W));
     }
 

@@ -200,6 +200,13 @@ impl Routed {
         }
     }
 
+    /// The datagrams for the network.
+    pub fn external_mut(&mut self) -> impl Iterator<Item = &mut Transmit> {
+        (self.out.iter_mut().zip(&self.route))
+            .filter(|(_, r)| r.is_none())
+            .map(|(t, _)| t)
+    }
+
     /// Datagrams that stay inside.
     pub fn internal_count(&self) -> usize {
         self.counts.iter().sum()

@@ -116,6 +116,16 @@ fn make_socket(addr: SocketAddr) -> std::io::Result<(UdpSocket, bool)> {
     Ok((s.into(), ecn))
 }
 
+/// Sets the receive thread's timer for a deadline (engine time) when
+/// dropped: at the end of a flush, or as it unwinds.
+struct TimerOnDrop<'a>(&'a UdpDriver, Option<u64>);
+
+impl Drop for TimerOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.arm_alarm(self.1);
+    }
+}
+
 impl UdpDriver {
     /// Bind the device socket at `local` and wrap `engine`.
     pub fn bind(name: &str, local: SocketAddr, mut engine: Engine) -> std::io::Result<Arc<Self>> {
@@ -178,8 +188,9 @@ impl UdpDriver {
     /// Run `f` on the engine, then send its output and adjust the timer.
     pub fn with_engine<R>(&self, f: impl FnOnce(&mut Engine, u64) -> R) -> R {
         let mut eng = self.lock();
-        let r = f(&mut eng, self.now());
-        self.flush(eng);
+        let now = self.now();
+        let r = f(&mut eng, now);
+        self.flush(eng, now);
         r
     }
 
@@ -194,31 +205,39 @@ impl UdpDriver {
         f(&self.lock())
     }
 
-    /// Hand on what the engine produced: queue its events, rearm the
-    /// receive thread's timer, then release the engine and send the
-    /// datagrams (in engine order, see `send_order`).
-    fn flush(&self, mut eng: MutexGuard<'_, Engine>) {
+    /// Hand on what the engine produced at engine time `now`: queue its
+    /// events, release the engine, send the datagrams (in engine order,
+    /// see `send_order`) and rearm the receive thread's timer.
+    fn flush(&self, mut eng: MutexGuard<'_, Engine>, now: u64) {
         let out: Vec<_> = eng.drain_tx().collect();
         let for_kernel = eng.take_kernel_gsi();
         self.events.push(eng.take_events());
         self.cm_events.push(eng.take_cm_events());
-        // A deadline nearer than the receive thread's sleep: the thread's
-        // timer is set once the datagrams are on their way (a system call
-        // that a message need not wait for).
+        // A deadline nearer than the receive thread's sleep: one due now
+        // (a ring to look at again) wakes the thread at once; a later one
+        // sets the thread's timer when this flush ends, once the datagrams
+        // are on their way (a system call a message need not wait for).
         let nearer = eng
             .next_deadline()
             .filter(|&d| d < self.sleeping_until.load(Ordering::Acquire));
         if let Some(d) = nearer {
             self.sleeping_until.store(d, Ordering::Release);
         }
+        let _timer = match nearer {
+            Some(d) if d <= now => {
+                self.alarm.wake();
+                TimerOnDrop(self, None)
+            }
+            later => TimerOnDrop(self, later),
+        };
         if out.is_empty() {
             drop(eng);
-            self.arm_alarm(nearer);
             self.to_kernel_gsi(for_kernel);
             self.take_own_inbox();
             return;
         }
-        let routed = Routed::new(out);
+        let mut routed = Routed::new(out);
+        self.seal_for_network(routed.external_mut());
         let internal = routed.internal_count();
         if internal > 0 {
             eng.count_loopback(internal as u64);
@@ -250,7 +269,6 @@ impl UdpDriver {
             targets.push((target, many));
         }
         let mut external = external;
-        self.seal_for_network(&mut external);
         let failed = super::batch::send_all(self.socket.as_raw_fd(), &mut external);
         drop(sending);
         crate::bufpool::give_all(external.into_iter().map(|t| t.data));
@@ -261,7 +279,6 @@ impl UdpDriver {
                 super::loopback::run_inline(target);
             }
         }
-        self.arm_alarm(nearer);
         self.take_own_inbox();
         self.to_kernel_gsi(for_kernel);
         if failed > 0 {
@@ -276,8 +293,11 @@ impl UdpDriver {
     /// stopped and another process may hold its address now. A zero
     /// field is what such a datagram carries; a sealed one whose ICRC
     /// happens to be zero is sealed again to the same value.
-    fn seal_for_network(&self, external: &mut [crate::engine::Transmit]) {
-        for t in external.iter_mut() {
+    fn seal_for_network<'a>(
+        &self,
+        external: impl Iterator<Item = &'a mut crate::engine::Transmit>,
+    ) {
+        for t in external {
             if t.data.ends_with(&[0; urdma_wire::ICRC_LEN]) {
                 let ctx = urdma_wire::IcrcContext::new(self.local, t.dst);
                 if let Err(e) = urdma_wire::reseal(&mut t.data, &ctx) {
@@ -394,7 +414,7 @@ impl UdpDriver {
         }
         let now = self.now();
         self.handle_internal(&mut eng, now, &internal);
-        self.flush(eng);
+        self.flush(eng, now);
         crate::bufpool::give_all(internal.into_iter().map(|(_, d)| d));
         true
     }
@@ -642,7 +662,7 @@ impl UdpDriver {
                         ACK_CHUNK,
                         |eng, part| eng.handle_batch_ecn(now, part),
                         |eng| {
-                            self.flush(eng);
+                            self.flush(eng, now);
                             self.lock()
                         },
                     );
@@ -665,7 +685,7 @@ impl UdpDriver {
             if eng.next_deadline().is_some_and(|d| d <= now) {
                 eng.handle_timeouts(now);
             }
-            self.flush(eng);
+            self.flush(eng, now);
         }
         if let Some(cap) = super::capture::global() {
             cap.flush();

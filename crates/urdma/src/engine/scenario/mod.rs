@@ -13,6 +13,7 @@
 //! Each test's doc comment names the protocol rule it pins.
 
 mod congestion;
+mod device_window;
 mod duplicates;
 mod invalidate;
 mod local_ops;
