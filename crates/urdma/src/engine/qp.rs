@@ -73,9 +73,10 @@ pub struct ReqState {
     pub last_cnp_at: Option<u64>,
     /// When the last request that asks for an ACK left.
     pub ack_req_at: u64,
-    /// The newest request sent (not a resend) asked for an ACK, or is a
-    /// READ or atomic request, which its responses answer.
-    pub newest_answered: bool,
+    /// The last PSN of the last request sent that will be answered: one
+    /// that asked for an ACK (a resend too), or a READ or atomic request
+    /// (its last response PSN), which its responses answer.
+    pub answered_psn: u32,
     /// The peer's responder marks its ACKs and NAKs selective: it keeps
     /// requests received after a loss (see the responder's `reorder`).
     pub peer_selective: bool,

@@ -368,8 +368,10 @@ fn send_one(
     bth.selective = rc && cx.selective;
     let repr =
         request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;
-    if psn::diff(cur, qp.req.high_psn) >= 0 {
-        qp.req.newest_answered = bth.ack_req || wqe.op.is_read_or_atomic();
+    if bth.ack_req {
+        qp.req.answered_psn = cur;
+    } else if wqe.op.is_read_or_atomic() {
+        qp.req.answered_psn = psn::add(wqe.first_psn, wqe.npsn.saturating_sub(1));
     }
     if bth.ack_req {
         qp.req.ack_req_at = cx.now;
