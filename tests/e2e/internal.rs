@@ -2,12 +2,12 @@
 //! packets between them carry no ICRC. When one stops, what its peer QP
 //! still sends goes to the network, where it must be a complete RoCEv2
 //! packet: a plain UDP socket takes the stopped device's address and
-//! checks the ICRC of what arrives.
+//! checks the ICRC of what arrives; unanswered, the QP's retries run out.
 
-use crate::harness::{address_pair, PORT};
+use crate::harness::{address_pair, PORT, WAIT};
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
-use urdma::{Device, DeviceConfig, QpInitAttr, SendWr};
+use urdma::{Device, DeviceConfig, QpInitAttr, SendWr, WcStatus};
 use urdma_wire::{IcrcContext, Ipv4Ident};
 
 /// Bind `addr`, waiting up to 10 s for the device that held it to let go.
@@ -53,4 +53,7 @@ pub fn packets_to_a_stopped_internal_peer_are_sealed() {
         Ok(Some(Ipv4Ident::SENT)),
         "{n} bytes from {from}: the ICRC of the header urdma sends"
     );
+    // Nobody answers for the stopped peer: the QP's retries run out.
+    let wc = ca.wait_one(Some(WAIT)).expect("a completion");
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RetryExcErr));
 }
