@@ -95,10 +95,12 @@ pair() {
   while [ $# -gt 0 ] && [ "$1" != -- ]; do srv+=("$1"); shift; done
   shift
   cli=("$@")
-  timeout -k 5 "$T" "${srv[@]}" >"$W/srv" 2>&1 &
+  # Line-buffered, so that a program stopped by the timeout still shows
+  # how far it got.
+  timeout -k 5 "$T" stdbuf -oL "${srv[@]}" >"$W/srv" 2>&1 &
   spid=$!
   sleep 2
-  timeout -k 5 "$T" "${cli[@]}" >"$W/cli" 2>&1
+  timeout -k 5 "$T" stdbuf -oL "${cli[@]}" >"$W/cli" 2>&1
   crc=$?
   wait $spid
   src=$?
