@@ -370,11 +370,9 @@ fn send_one(
         request_repr(transport(qp.qp_type), wqe, seg, bth, qp.qpn).ok_or(tx::PayloadError)?;
     if bth.ack_req {
         qp.req.answered_psn = cur;
+        qp.req.ack_req_at = cx.now;
     } else if wqe.op.is_read_or_atomic() {
         qp.req.answered_psn = psn::add(wqe.first_psn, wqe.npsn.saturating_sub(1));
-    }
-    if bth.ack_req {
-        qp.req.ack_req_at = cx.now;
     }
     let has_payload = repr.bth.opcode.info().has_payload;
     let staged = match &wqe.payload {

@@ -237,13 +237,14 @@ impl UdpDriver {
             return;
         }
         let mut routed = Routed::new(out);
-        self.seal_for_network(routed.external_mut());
         let internal = routed.internal_count();
         if internal > 0 {
             eng.count_loopback(internal as u64);
         }
         let sending = self.send_order.lock().unwrap_or_else(|e| e.into_inner());
         drop(eng);
+        // With the engine free; before the capture records them.
+        self.seal_for_network(routed.external_mut());
         use std::os::fd::AsRawFd;
         // Recorded before sending, so that no answer precedes its request
         // in the capture. A program may exit without closing its device:
