@@ -324,10 +324,20 @@ impl MemRegion {
     fn read_uninit(&self, offset: usize, dst: &mut [MaybeUninit<u8>]) -> Result<(), MemError> {
         let _guard = self.lock.read().unwrap_or_else(|e| e.into_inner());
         self.check(offset, dst.len())?;
-        if dst.is_empty() {
+        // SAFETY: dst is a distinct Rust buffer valid for dst.len() bytes.
+        unsafe { self.read_locked(offset, dst.as_mut_ptr().cast::<u8>(), dst.len()) }
+    }
+
+    /// Copy `len` bytes at `offset` of the region to `buf`.
+    ///
+    /// # Safety
+    /// The caller holds the region's lock and has checked `offset` and
+    /// `len` ([`MemRegion::check`]); `buf` is valid for writes of `len`
+    /// bytes and, for memory of this process, may overlap the region.
+    unsafe fn read_locked(&self, offset: usize, buf: *mut u8, len: usize) -> Result<(), MemError> {
+        if len == 0 {
             return Ok(());
         }
-        let (buf, len) = (dst.as_mut_ptr().cast::<u8>(), dst.len());
         if let Some(p) = &self.process {
             return pread_all(&p.mem, buf, len, p.base + offset as u64);
         }
@@ -335,9 +345,51 @@ impl MemRegion {
             return k.access(offset, buf, len, false);
         }
         // SAFETY: check() proved offset + len <= self.len, and the region is
-        // valid for self.len bytes; dst is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), buf, len) };
+        // valid for self.len bytes; buf is valid for len bytes (the
+        // caller's promise), and `copy` allows the two to overlap.
+        unsafe { std::ptr::copy(self.ptr.as_ptr().add(offset), buf, len) };
         Ok(())
+    }
+
+    /// Copy `len` bytes from `buf` into the region at `offset`.
+    ///
+    /// # Safety
+    /// The caller holds the region's write lock and has checked `offset`
+    /// and `len`; `buf` is valid for reads of `len` bytes and, for memory
+    /// of this process, may overlap the region.
+    unsafe fn write_locked(
+        &self,
+        offset: usize,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<(), MemError> {
+        if len == 0 {
+            return Ok(());
+        }
+        if let Some(p) = &self.process {
+            // SAFETY: buf is valid for reads of len bytes (the caller's
+            // promise) and the kernel only reads it.
+            let src = unsafe { std::slice::from_raw_parts(buf, len) };
+            return p
+                .mem
+                .write_all_at(src, p.base + offset as u64)
+                .map_err(|_| MemError::Unreachable);
+        }
+        if let Some(k) = &self.kernel {
+            // The kernel only reads from the buffer.
+            return k.access(offset, buf.cast_mut(), len, true);
+        }
+        // SAFETY: bounds checked by the caller; buf is valid for len bytes,
+        // and `copy` allows the two to overlap.
+        unsafe { std::ptr::copy(buf, self.ptr.as_ptr().add(offset), len) };
+        Ok(())
+    }
+
+    /// Whether the region is memory this process addresses directly (not
+    /// memory of another process or of the kernel, each access of which
+    /// is a system call).
+    pub fn is_mapped(&self) -> bool {
+        self.process.is_none() && self.kernel.is_none()
     }
 
     /// Append `len` bytes starting at `offset` to `out` (the room they
@@ -355,24 +407,77 @@ impl MemRegion {
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemError> {
         let _guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
         self.check(offset, src.len())?;
-        if src.is_empty() {
-            return Ok(());
+        // SAFETY: the write lock is held, the range checked, and src is a
+        // Rust slice of src.len() bytes.
+        unsafe { self.write_locked(offset, src.as_ptr(), src.len()) }
+    }
+
+    /// Copy `len` bytes at `offset` of `src` to `dst_offset` of `dst`,
+    /// straight from one region to the other when either is memory of
+    /// this process (one copy), through a bounce buffer otherwise. The
+    /// two regions' locks are taken in one order whatever the direction,
+    /// so that two copies in opposite directions never wait on each other;
+    /// within one region the ranges may overlap.
+    pub fn copy_between(
+        src: &MemRegion,
+        offset: usize,
+        dst: &MemRegion,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), MemError> {
+        if std::ptr::eq(src, dst) {
+            let _guard = dst.lock.write().unwrap_or_else(|e| e.into_inner());
+            src.check(offset, len)?;
+            dst.check(dst_offset, len)?;
+            return Self::copy_locked(src, offset, dst, dst_offset, len);
         }
-        if let Some(p) = &self.process {
-            return p
-                .mem
-                .write_all_at(src, p.base + offset as u64)
-                .map_err(|_| MemError::Unreachable);
+        let src_first = (src as *const MemRegion) < (dst as *const MemRegion);
+        let (_read, _write);
+        if src_first {
+            _read = src.lock.read().unwrap_or_else(|e| e.into_inner());
+            _write = dst.lock.write().unwrap_or_else(|e| e.into_inner());
+        } else {
+            _write = dst.lock.write().unwrap_or_else(|e| e.into_inner());
+            _read = src.lock.read().unwrap_or_else(|e| e.into_inner());
         }
-        if let Some(k) = &self.kernel {
-            // The kernel only reads from the buffer.
-            return k.access(offset, src.as_ptr().cast_mut(), src.len(), true);
+        src.check(offset, len)?;
+        dst.check(dst_offset, len)?;
+        Self::copy_locked(src, offset, dst, dst_offset, len)
+    }
+
+    /// [`MemRegion::copy_between`] with both locks held and both ranges
+    /// checked.
+    fn copy_locked(
+        src: &MemRegion,
+        offset: usize,
+        dst: &MemRegion,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), MemError> {
+        if dst.is_mapped() {
+            // SAFETY: dst_offset + len <= dst.len was checked, dst is
+            // mapped, and its write lock is held; read_locked allows the
+            // buffer to overlap src.
+            let to = unsafe { dst.ptr.as_ptr().add(dst_offset) };
+            // SAFETY: src's lock is held and its range checked.
+            return unsafe { src.read_locked(offset, to, len) };
         }
-        // SAFETY: bounds checked above; src is a distinct Rust buffer.
+        if src.is_mapped() {
+            // SAFETY: offset + len <= src.len was checked, src is mapped,
+            // and its lock is held.
+            let from = unsafe { src.ptr.as_ptr().add(offset) };
+            // SAFETY: dst's write lock is held and its range checked.
+            return unsafe { dst.write_locked(dst_offset, from, len) };
+        }
+        let mut bounce = Vec::with_capacity(len);
+        // SAFETY: both locks are held and both ranges checked; `bounce`
+        // has room for len bytes, which read_locked fills before
+        // write_locked reads them.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len())
-        };
-        Ok(())
+            src.read_locked(offset, bounce.as_mut_ptr(), len)?;
+            bounce.set_len(len);
+            dst.write_locked(dst_offset, bounce.as_ptr(), len)
+        }
     }
 
     fn atomic_at(&self, offset: usize) -> Result<&AtomicU64, MemError> {
@@ -518,6 +623,74 @@ mod tests {
         assert_eq!(m.read(0, &mut b), Err(MemError::Invalid));
         assert_eq!(&std::hint::black_box(&buf)[8..14], b"remote");
         assert!(MemRegion::in_process(Arc::new(tempfile_like()), u64::MAX, 2).is_none());
+    }
+
+    #[test]
+    fn copies_between_regions_of_every_kind() {
+        let a = MemRegion::allocate(64).unwrap();
+        let b = MemRegion::allocate(64).unwrap();
+        a.write(0, b"0123456789").unwrap();
+        MemRegion::copy_between(&a, 2, &b, 10, 5).unwrap();
+        let mut got = [0u8; 5];
+        b.read(10, &mut got).unwrap();
+        assert_eq!(&got, b"23456");
+        // Within one region, overlapping.
+        MemRegion::copy_between(&a, 0, &a, 3, 10).unwrap();
+        let mut all = [0u8; 13];
+        a.read(0, &mut all).unwrap();
+        assert_eq!(&all, b"0120123456789");
+        // Memory of a process on either side, and on both.
+        let mut buf = vec![0u8; 64];
+        let file = Arc::new(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/proc/self/mem")
+                .unwrap(),
+        );
+        let p = MemRegion::in_process(file.clone(), buf.as_mut_ptr() as u64, 32).unwrap();
+        let q = MemRegion::in_process(file, buf.as_mut_ptr() as u64 + 32, 32).unwrap();
+        MemRegion::copy_between(&a, 3, &p, 1, 4).unwrap();
+        MemRegion::copy_between(&p, 1, &q, 0, 4).unwrap();
+        MemRegion::copy_between(&q, 0, &b, 40, 4).unwrap();
+        b.read(40, &mut got[..4]).unwrap();
+        assert_eq!(&got[..4], b"0123");
+        assert_eq!(&std::hint::black_box(&buf)[32..36], b"0123");
+    }
+
+    #[test]
+    fn copies_out_of_bounds_or_invalid_change_nothing() {
+        let a = MemRegion::allocate(16).unwrap();
+        let b = MemRegion::allocate(16).unwrap();
+        a.write(0, b"abcdefgh").unwrap();
+        assert!(MemRegion::copy_between(&a, 12, &b, 0, 8).is_err());
+        assert!(MemRegion::copy_between(&a, 0, &b, 12, 8).is_err());
+        assert!(MemRegion::copy_between(&a, usize::MAX, &b, 0, 2).is_err());
+        assert!(MemRegion::copy_between(&a, 0, &a, 10, 8).is_err());
+        b.invalidate();
+        assert_eq!(
+            MemRegion::copy_between(&a, 0, &b, 0, 4),
+            Err(MemError::Invalid)
+        );
+        let mut all = [0u8; 16];
+        a.read(0, &mut all).unwrap();
+        assert_eq!(&all, b"abcdefgh\0\0\0\0\0\0\0\0");
+    }
+
+    #[test]
+    fn copies_in_opposite_directions_at_once_finish() {
+        let a = Arc::new(MemRegion::allocate(4096).unwrap());
+        let b = Arc::new(MemRegion::allocate(4096).unwrap());
+        let (a2, b2) = (a.clone(), b.clone());
+        let t = std::thread::spawn(move || {
+            for _ in 0..2000 {
+                MemRegion::copy_between(&a2, 0, &b2, 0, 4096).unwrap();
+            }
+        });
+        for _ in 0..2000 {
+            MemRegion::copy_between(&b, 0, &a, 0, 4096).unwrap();
+        }
+        t.join().unwrap();
     }
 
     fn tempfile_like() -> File {

@@ -181,29 +181,31 @@ impl Drop for LocalSge {
     }
 }
 
-/// Copy `len` bytes from message offset `msg_off` of a gather list into `out`.
-pub fn gather(
+/// Run `f(sge, offset in its region, offset in the range, n)` over each
+/// piece of the `len` bytes at message offset `msg_off` of a
+/// scatter/gather list, in order; fails when the list is shorter.
+fn each_piece(
     sges: &[LocalSge],
     msg_off: usize,
     len: usize,
-    out: &mut Vec<u8>,
+    mut f: impl FnMut(&LocalSge, usize, usize, usize) -> Result<(), MemError>,
 ) -> Result<(), MemError> {
     let mut skip = msg_off;
-    let mut left = len;
+    let mut done = 0;
     for s in sges {
-        if left == 0 {
+        if done == len {
             break;
         }
         if skip >= s.len {
             skip -= s.len;
             continue;
         }
-        let n = (s.len - skip).min(left);
-        s.mr.mem.read_into(s.offset + skip, n, out)?;
-        left -= n;
+        let n = (s.len - skip).min(len - done);
+        f(s, s.offset + skip, done, n)?;
+        done += n;
         skip = 0;
     }
-    if left != 0 {
+    if done != len {
         return Err(MemError::OutOfBounds {
             offset: msg_off,
             len,
@@ -213,31 +215,38 @@ pub fn gather(
     Ok(())
 }
 
+/// Copy `len` bytes from message offset `msg_off` of a gather list into `out`.
+pub fn gather(
+    sges: &[LocalSge],
+    msg_off: usize,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), MemError> {
+    each_piece(sges, msg_off, len, |s, off, _, n| {
+        s.mr.mem.read_into(off, n, out)
+    })
+}
+
 /// Copy `data` to message offset `msg_off` of a scatter list.
 pub fn scatter(sges: &[LocalSge], msg_off: usize, data: &[u8]) -> Result<(), MemError> {
-    let mut skip = msg_off;
-    let mut rest = data;
-    for s in sges {
-        if rest.is_empty() {
-            break;
-        }
-        if skip >= s.len {
-            skip -= s.len;
-            continue;
-        }
-        let n = (s.len - skip).min(rest.len());
-        s.mr.mem.write(s.offset + skip, &rest[..n])?;
-        rest = &rest[n..];
-        skip = 0;
-    }
-    if !rest.is_empty() {
-        return Err(MemError::OutOfBounds {
-            offset: msg_off,
-            len: data.len(),
-            size: total_len(sges),
-        });
-    }
-    Ok(())
+    each_piece(sges, msg_off, data.len(), |s, off, at, n| {
+        s.mr.mem.write(off, &data[at..at + n])
+    })
+}
+
+/// Copy `len` bytes at `src_off` of region `src` to message offset
+/// `msg_off` of a scatter list, region to region (see
+/// [`MemRegion::copy_between`]).
+pub fn scatter_from(
+    sges: &[LocalSge],
+    msg_off: usize,
+    src: &MemRegion,
+    src_off: usize,
+    len: usize,
+) -> Result<(), MemError> {
+    each_piece(sges, msg_off, len, |s, off, at, n| {
+        MemRegion::copy_between(src, src_off.saturating_add(at), &s.mr.mem, off, n)
+    })
 }
 
 /// Total length of a scatter/gather list.

@@ -392,7 +392,7 @@ fn on_read_response(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
         return;
     }
     let ok = match &w.payload {
-        Payload::Sges(s) => scatter(s, off, pkt.payload).is_ok(),
+        Payload::Sges(s) => cx.body(pkt.payload).scatter_to(s, off).is_ok(),
         Payload::Inline(_) => false,
     };
     if !ok {

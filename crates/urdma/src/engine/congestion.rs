@@ -36,7 +36,7 @@ pub(crate) fn notify(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     };
     qp.req.last_cnp_at = Some(cx.now);
     cx.count(&mut qp.counters, Counter::CnpSent);
-    cx.tx.push_back(Transmit { dst, data });
+    cx.tx.push_back(Transmit::new(dst, data));
 }
 
 impl Engine {

@@ -11,6 +11,7 @@ mod gsi;
 pub use gsi::{GsiDatagram, GsiSend};
 mod congestion;
 pub mod device_window;
+pub(crate) mod dma;
 mod ident;
 mod local_ops;
 pub mod mw;
@@ -65,8 +66,45 @@ pub const INTERNAL_UNIT: usize = 32 * 1024;
 pub struct Transmit {
     /// Destination address and UDP port.
     pub dst: SocketAddr,
-    /// UDP payload: BTH through ICRC.
+    /// UDP payload: BTH through ICRC; without the payload's bytes when
+    /// `source` holds them.
     pub data: Vec<u8>,
+    /// The payload, left in the sender's region for a device of this NIC
+    /// to copy ([`dma`]); the fabric assembles the whole datagram
+    /// ([`Transmit::assemble`]) for anything else.
+    pub source: Option<dma::DmaSource>,
+}
+
+impl Transmit {
+    /// A datagram with all its bytes.
+    pub fn new(dst: SocketAddr, data: Vec<u8>) -> Self {
+        Transmit {
+            dst,
+            data,
+            source: None,
+        }
+    }
+
+    /// Put the payload held by reference into `data`. On failure (the
+    /// region was deregistered meanwhile) the datagram is lost, as on a
+    /// link, and its sender's timer recovers.
+    pub fn assemble(&mut self) -> Result<(), crate::mem::MemError> {
+        if let Some(src) = self.source.take() {
+            let whole = src.assemble(&self.data)?;
+            crate::bufpool::give(std::mem::replace(&mut self.data, whole));
+        }
+        Ok(())
+    }
+
+    /// Payload bytes this datagram carries, by reference or not.
+    pub fn len(&self) -> usize {
+        self.data.len() + self.source.as_ref().map_or(0, dma::DmaSource::len)
+    }
+
+    /// Never true: a datagram has headers.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Outputs collected while the engine handles one input.
@@ -104,9 +142,12 @@ pub(crate) struct Ctx<'a> {
     pub device_inflight: &'a mut u64,
     /// The device window, in packets ([`Engine::set_device_window`]).
     pub device_window: u64,
+    /// The payload of the packet being handled, when a device of this NIC
+    /// left it in its region ([`dma`]).
+    pub dma: Option<&'a dma::DmaSource>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
     /// Count one event of kind `c` for a QP (its counters `qp`) and for the device.
     pub fn count(&mut self, qp: &mut Counters, c: Counter) {
         counters::count_both(qp, self.counters, c, 1);
@@ -115,6 +156,19 @@ impl Ctx<'_> {
     /// Raise an asynchronous event.
     pub fn event(&mut self, kind: AsyncEventKind, object: u32) {
         self.events.push(AsyncEvent { kind, object });
+    }
+
+    /// The payload `payload` of the packet being handled: its bytes, or,
+    /// when it is the stand-in of a payload held by reference ([`dma`]),
+    /// where they are.
+    pub fn body<'p>(&self, payload: &'p [u8]) -> dma::Body<'p>
+    where
+        'a: 'p,
+    {
+        match self.dma.filter(|d| d.stands_for(payload)) {
+            Some(src) => dma::Body::Source(src),
+            None => dma::Body::Bytes(payload),
+        }
     }
 }
 
@@ -345,6 +399,7 @@ impl Engine {
                 ecn: self.ecn,
                 device_inflight: &mut self.device_inflight,
                 device_window: self.device_window,
+                dma: None,
             },
         )
     }
@@ -423,12 +478,20 @@ impl Engine {
     /// this NIC built and handed over internally (internal loopback): no
     /// wire could corrupt them, and those of RC and UC QPs between its
     /// devices carry no ICRC (`tx::Icrc::Internal`), so it is not checked.
+    /// A datagram may leave its payload in the sender's region ([`dma`]).
     pub fn handle_internal_batch<'d>(
         &mut self,
         now: u64,
-        batch: impl IntoIterator<Item = (SocketAddr, &'d [u8])>,
+        batch: impl IntoIterator<Item = (SocketAddr, &'d [u8], Option<&'d dma::DmaSource>)>,
     ) {
-        self.handle_batch_checked(now, batch.into_iter().map(|(s, d)| (s, d, false)), false);
+        self.batching = true;
+        for (src, data, source) in batch {
+            match source {
+                None => self.handle_one(now, src, data, false, false),
+                Some(source) => self.handle_by_reference(now, src, data, source),
+            }
+        }
+        self.end_batch(now);
     }
 
     fn handle_batch_checked<'d>(
@@ -441,6 +504,11 @@ impl Engine {
         for (src, data, ce) in batch {
             self.handle_one(now, src, data, check_icrc, ce);
         }
+        self.end_batch(now);
+    }
+
+    /// A batch ended: send the ACKs held back during it.
+    fn end_batch(&mut self, now: u64) {
         self.batching = false;
         let due = std::mem::take(&mut self.deferred_acks);
         let (qps, mut cx) = self.split(now);
@@ -448,6 +516,48 @@ impl Engine {
             if let Some(qp) = qps.get_mut(&qpn) {
                 responder::flush_ack(qp, &mut cx);
             }
+        }
+    }
+
+    /// Handle a datagram of internal loopback whose payload `source` left
+    /// in its sender's region: an RC SEND, WRITE or READ response has it
+    /// copied straight into its target; anything else is handled whole.
+    fn handle_by_reference(
+        &mut self,
+        now: u64,
+        src: SocketAddr,
+        data: &[u8],
+        source: &dma::DmaSource,
+    ) {
+        if !source.is_readable() {
+            // Deregistered since it was sent: lost, as on a link.
+            self.counters.add(Counter::Dropped, 1);
+            tracing::debug!(%src, "payload of an internal packet no longer readable");
+            return;
+        }
+        let by_reference = urdma_wire::parse_unchecked(data).ok().filter(|p| {
+            let info = p.repr.bth.opcode.info();
+            info.transport == urdma_wire::Transport::Rc && info.has_payload && p.payload.is_empty()
+        });
+        match by_reference {
+            Some(mut pkt) => {
+                pkt.payload = source.stand_in();
+                self.handle_packet(
+                    now,
+                    src,
+                    &pkt,
+                    data.len() + source.len(),
+                    false,
+                    Some(source),
+                );
+            }
+            None => match source.assemble(data) {
+                Ok(whole) => {
+                    self.handle_one(now, src, &whole, false, false);
+                    crate::bufpool::give(whole);
+                }
+                Err(_) => self.counters.add(Counter::Dropped, 1),
+            },
         }
     }
 
@@ -490,21 +600,36 @@ impl Engine {
             Ok(p) => p,
             Err(e) => return self.count_malformed(&e, src, "packet"),
         };
+        self.handle_packet(now, src, &pkt, data.len(), ce, None);
+    }
+
+    /// Handle a parsed packet of `len` bytes from `src`, whose payload
+    /// `dma` holds if it stayed in its sender's region.
+    fn handle_packet(
+        &mut self,
+        now: u64,
+        src: SocketAddr,
+        pkt: &urdma_wire::Packet<'_>,
+        len: usize,
+        ce: bool,
+        dma: Option<&dma::DmaSource>,
+    ) {
         tracing::trace!(%src, packet = %pkt, "received");
         self.counters.add(Counter::RxPackets, 1);
-        self.counters.add(Counter::RxBytes, data.len() as u64);
+        self.counters.add(Counter::RxBytes, len as u64);
         let qpn = pkt.repr.bth.dest_qp;
         if qpn == urdma_wire::cm::GSI_QPN {
-            return self.on_gsi_packet(now, src, &pkt);
+            return self.on_gsi_packet(now, src, pkt);
         }
         let (qps, mut cx) = self.split_from(now, src);
+        cx.dma = dma;
         let Some(qp) = qps.get_mut(&qpn) else {
             cx.counters.add(Counter::Dropped, 1);
             tracing::debug!(qpn, "packet for unknown QP dropped");
             return;
         };
         qp.counters.add(Counter::RxPackets, 1);
-        qp.counters.add(Counter::RxBytes, data.len() as u64);
+        qp.counters.add(Counter::RxBytes, len as u64);
         let info = pkt.repr.bth.opcode.info();
         let transport_ok = matches!(
             (info.transport, qp.qp_type),
@@ -527,9 +652,9 @@ impl Engine {
         }
         match info.kind {
             OpKind::ReadResponse | OpKind::Ack | OpKind::AtomicAck => {
-                completer::on_response(qp, &mut cx, &pkt)
+                completer::on_response(qp, &mut cx, pkt)
             }
-            _ => responder::on_request(qp, &mut cx, &pkt),
+            _ => responder::on_request(qp, &mut cx, pkt),
         }
         requester::pump(qp, &mut cx);
     }

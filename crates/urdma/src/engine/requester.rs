@@ -390,7 +390,7 @@ fn send_one(
         _ => None,
     };
     let src = staged.map_or_else(|| payload_of(wqe, seg, has_payload), PayloadSrc::Bytes);
-    let icrc = tx::Icrc::for_peer(qp.internal);
+    let icrc = tx::Icrc::for_peer(qp.internal, qp.qp_type == crate::types::QpType::Rc);
     tx::send(cx, &mut qp.counters, dst, &repr, src, icrc)?;
     if seg.position.ends_message() {
         qp.req.stage.release(wqe);

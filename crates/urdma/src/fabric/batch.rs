@@ -505,10 +505,7 @@ mod tests {
     use crate::engine::Transmit;
 
     fn t(dst: &str, len: usize) -> Transmit {
-        Transmit {
-            dst: dst.parse().unwrap(),
-            data: vec![0; len],
-        }
+        Transmit::new(dst.parse().unwrap(), vec![0; len])
     }
 
     #[test]
@@ -539,7 +536,7 @@ mod tests {
         let ctx = urdma_wire::IcrcContext::new(src, dst);
         let icrc = urdma_wire::compute_icrc(&data, &ctx).unwrap();
         data.extend_from_slice(&icrc.to_le_bytes());
-        Transmit { dst, data }
+        Transmit::new(dst, data)
     }
 
     fn socket(addr: &str, gro: bool) -> std::net::UdpSocket {

@@ -8,6 +8,7 @@
 //! socket, as between hosts).
 
 use super::udp::UdpDriver;
+use crate::engine::dma::DmaSource;
 use crate::engine::Transmit;
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
@@ -89,9 +90,40 @@ pub(crate) const HANDOFF_BYTES: usize = 128 * 1024;
 
 /// Whether a flush of `datagrams` for another device goes to that
 /// device's receive thread.
-pub(crate) fn hand_off(datagrams: &[Vec<u8>]) -> bool {
+pub(crate) fn hand_off(datagrams: &[Handed]) -> bool {
     datagrams.len() >= HANDOFF_PACKETS
-        && datagrams.iter().map(Vec::len).sum::<usize>() >= HANDOFF_BYTES
+        && datagrams.iter().map(Handed::len).sum::<usize>() >= HANDOFF_BYTES
+}
+
+/// A datagram handed from device to device: its bytes, and its payload
+/// when that stayed in the sender's region ([`crate::engine::dma`]).
+pub(crate) struct Handed {
+    /// The datagram (without its payload when `source` holds it).
+    pub data: Vec<u8>,
+    /// Where its payload is, if not in `data`.
+    pub source: Option<DmaSource>,
+}
+
+impl Handed {
+    /// Bytes the datagram carries, by reference or not.
+    pub fn len(&self) -> usize {
+        self.data.len() + self.source.as_ref().map_or(0, DmaSource::len)
+    }
+
+    /// The whole datagram, for a capture: `data` itself, or a copy with
+    /// the payload put in (None if its region is gone).
+    pub fn whole(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match &self.source {
+            None => Some(std::borrow::Cow::Borrowed(&self.data)),
+            Some(src) => src.assemble(&self.data).ok().map(std::borrow::Cow::Owned),
+        }
+    }
+}
+
+impl From<Vec<u8>> for Handed {
+    fn from(data: Vec<u8>) -> Self {
+        Handed { data, source: None }
+    }
 }
 
 /// Inbox drains one thread carries out in a row before it leaves the
@@ -146,7 +178,7 @@ pub(crate) fn run_inline(target: Arc<UdpDriver>) {
 }
 
 /// Datagrams for one device of this process.
-pub(crate) type Delivery = (Arc<UdpDriver>, Vec<Vec<u8>>);
+pub(crate) type Delivery = (Arc<UdpDriver>, Vec<Handed>);
 
 /// Routes of one flush held without allocating: the usual flush goes to
 /// one or two peers.
@@ -166,35 +198,41 @@ pub(crate) struct Routed {
 }
 
 impl Routed {
-    /// Route the datagrams `out` a device sends.
-    pub fn new(out: Vec<Transmit>) -> Self {
+    /// Route the datagrams `out` a device sends. One for the network
+    /// whose payload stayed in its region gets its bytes; one whose region
+    /// is gone by then is lost, as on a link.
+    pub fn new(mut out: Vec<Transmit>) -> Self {
         let mut seen: Few<(SocketAddr, Option<usize>)> = SmallVec::new();
         let mut targets: Few<Arc<UdpDriver>> = SmallVec::new();
         let mut counts: Few<usize> = SmallVec::new();
-        let route = out
-            .iter()
-            .map(|t| {
-                let r = match seen.iter().find(|(a, _)| *a == t.dst) {
-                    Some((_, r)) => *r,
-                    None => {
-                        let r = lookup(t.dst).map(|d| {
-                            targets.push(d);
-                            counts.push(0);
-                            targets.len() - 1
-                        });
-                        seen.push((t.dst, r));
-                        r
-                    }
-                };
-                if let Some(i) = r {
-                    counts[i] += 1;
-                }
+        let mut route = |t: &Transmit| match seen.iter().find(|(a, _)| *a == t.dst) {
+            Some((_, r)) => *r,
+            None => {
+                let r = lookup(t.dst).map(|d| {
+                    targets.push(d);
+                    counts.push(0);
+                    targets.len() - 1
+                });
+                seen.push((t.dst, r));
                 r
-            })
-            .collect();
+            }
+        };
+        let mut routes: SmallVec<[Option<usize>; 8]> = SmallVec::with_capacity(out.len());
+        out.retain_mut(|t| {
+            let r = route(t);
+            if r.is_none() && t.assemble().is_err() {
+                tracing::debug!(dst = %t.dst, "payload of a datagram no longer readable");
+                return false;
+            }
+            routes.push(r);
+            true
+        });
+        for i in routes.iter().flatten() {
+            counts[*i] += 1;
+        }
         Routed {
             out,
-            route,
+            route: routes,
             targets,
             counts,
         }
@@ -214,11 +252,11 @@ impl Routed {
 
     /// Every datagram in the order the engine produced them, with
     /// whether it stays inside.
-    pub fn all(&self) -> impl Iterator<Item = (SocketAddr, &[u8], bool)> {
+    pub fn all(&self) -> impl Iterator<Item = (&Transmit, bool)> {
         self.out
             .iter()
             .zip(&self.route)
-            .map(|(t, r)| (t.dst, t.data.as_slice(), r.is_some()))
+            .map(|(t, r)| (t, r.is_some()))
     }
 
     /// The datagrams for each internal device, and those for the network.
@@ -232,7 +270,10 @@ impl Routed {
             .collect();
         for (t, r) in self.out.into_iter().zip(self.route) {
             match r {
-                Some(i) => internal[i].1.push(t.data),
+                Some(i) => internal[i].1.push(Handed {
+                    data: t.data,
+                    source: t.source,
+                }),
                 None => external.push(t),
             }
         }
@@ -243,7 +284,7 @@ impl Routed {
 /// Datagrams waiting for a device's receive thread: source and bytes.
 #[derive(Default)]
 pub(crate) struct Inbox {
-    queue: Mutex<Vec<(SocketAddr, Vec<u8>)>>,
+    queue: Mutex<Vec<(SocketAddr, Handed)>>,
     /// Set when the queue may hold datagrams; read without the lock by
     /// the receive thread before it sleeps.
     pending: std::sync::atomic::AtomicBool,
@@ -251,7 +292,7 @@ pub(crate) struct Inbox {
 
 impl Inbox {
     /// Queue datagrams from `src`.
-    pub fn push(&self, src: SocketAddr, datagrams: impl IntoIterator<Item = Vec<u8>>) {
+    pub fn push(&self, src: SocketAddr, datagrams: impl IntoIterator<Item = Handed>) {
         use std::sync::atomic::Ordering;
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         q.extend(datagrams.into_iter().map(|d| (src, d)));
@@ -265,9 +306,9 @@ impl Inbox {
 
     /// Take what waits, handing back `spare` (an earlier batch, handled)
     /// so that its allocation and its packets' buffers are reused.
-    pub fn take(&self, mut spare: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
+    pub fn take(&self, mut spare: Vec<(SocketAddr, Handed)>) -> Vec<(SocketAddr, Handed)> {
         use std::sync::atomic::Ordering;
-        crate::bufpool::give_all(spare.drain(..).map(|(_, d)| d));
+        crate::bufpool::give_all(spare.drain(..).map(|(_, d)| d.data));
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         self.pending.store(false, Ordering::SeqCst);
         std::mem::swap(&mut *q, &mut spare);
@@ -292,12 +333,12 @@ mod tests {
         let inbox = Inbox::default();
         assert!(!inbox.is_pending());
         let src: SocketAddr = "127.0.0.1:4791".parse().unwrap();
-        inbox.push(src, [vec![1], vec![2]]);
-        inbox.push(src, [vec![3]]);
+        inbox.push(src, [vec![1].into(), vec![2].into()]);
+        inbox.push(src, [Handed::from(vec![3])]);
         assert!(inbox.is_pending());
         let got = inbox.take(Vec::new());
         assert_eq!(
-            got.iter().map(|(_, d)| d[0]).collect::<Vec<_>>(),
+            got.iter().map(|(_, d)| d.data[0]).collect::<Vec<_>>(),
             vec![1, 2, 3]
         );
         assert!(!inbox.is_pending());

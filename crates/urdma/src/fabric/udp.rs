@@ -5,7 +5,7 @@
 use super::batch::RecvBatch;
 pub use super::events::EventNotifier;
 use super::events::EventQueue;
-use super::loopback::{Inbox, Routed};
+use super::loopback::{Handed, Inbox, Routed};
 use super::stats;
 use crate::engine::command::Request;
 use crate::engine::{Counter, Engine, GsiDatagram};
@@ -250,11 +250,16 @@ impl UdpDriver {
         // in the capture. A program may exit without closing its device:
         // each batch reaches the file at once.
         self.each_capture(|cap| {
-            for (dst, data, internal) in routed.all() {
-                if internal {
-                    cap.record_internal(self.local, dst, data);
+            for (t, internal) in routed.all() {
+                if !internal {
+                    cap.record(self.local, t.dst, &t.data);
+                } else if let Some(src) = &t.source {
+                    if let Ok(whole) = src.assemble(&t.data) {
+                        cap.record_internal(self.local, t.dst, &whole);
+                        crate::bufpool::give(whole);
+                    }
                 } else {
-                    cap.record(self.local, dst, data);
+                    cap.record_internal(self.local, t.dst, &t.data);
                 }
             }
             cap.flush();
@@ -416,19 +421,26 @@ impl UdpDriver {
         let now = self.now();
         self.handle_internal(&mut eng, now, &internal);
         self.flush(eng, now);
-        crate::bufpool::give_all(internal.into_iter().map(|(_, d)| d));
+        crate::bufpool::give_all(internal.into_iter().map(|(_, d)| d.data));
         true
     }
 
     /// Record (when capturing) and handle datagrams of the inbox.
-    fn handle_internal(&self, eng: &mut Engine, now: u64, internal: &[(SocketAddr, Vec<u8>)]) {
+    fn handle_internal(&self, eng: &mut Engine, now: u64, internal: &[(SocketAddr, Handed)]) {
         self.each_capture(|cap| {
-            for (src, data) in internal {
-                cap.record_internal(*src, self.local, data);
+            for (src, d) in internal {
+                if let Some(whole) = d.whole() {
+                    cap.record_internal(*src, self.local, &whole);
+                }
             }
             cap.flush();
         });
-        eng.handle_internal_batch(now, internal.iter().map(|(s, d)| (*s, d.as_slice())));
+        eng.handle_internal_batch(
+            now,
+            internal
+                .iter()
+                .map(|(s, d)| (*s, d.data.as_slice(), d.source.as_ref())),
+        );
     }
 
     /// Datagrams reached the inbox while this thread drove the engine

@@ -5,10 +5,10 @@
 use super::check::{Plan, Range};
 use super::error::{Refusal, RespError};
 use super::reply;
+use crate::engine::dma::Body;
 use crate::engine::qp::{QpCtx, RdAtomicRecord, WriteCtx};
 use crate::engine::wqe::RecvWqe;
 use crate::engine::{psn, srq, Ctx};
-use crate::mr::scatter;
 use crate::types::{AsyncEventKind, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use urdma_wire::{AtomicEth, Packet};
 
@@ -115,15 +115,15 @@ fn advance(qp: &mut QpCtx, p: u32, ends_message: bool) {
 pub(super) fn place(
     wqe: RecvWqe,
     off: usize,
-    parts: &[&[u8]],
+    parts: &[Body<'_>],
 ) -> Result<(RecvWqe, usize), Refusal> {
-    let end = off + parts.iter().map(|p| p.len()).sum::<usize>();
+    let end = off + parts.iter().map(Body::len).sum::<usize>();
     if end > wqe.len {
         return Err(Refusal::failing(RespError::Length, wqe));
     }
     let mut at = off;
     for part in parts {
-        if scatter(&wqe.sges, at, part).is_err() {
+        if part.scatter_to(&wqe.sges, at).is_err() {
             return Err(Refusal::failing(RespError::RemoteOperational, wqe));
         }
         at += part.len();
@@ -139,7 +139,7 @@ fn send(
     wqe: RecvWqe,
     off: usize,
 ) -> Result<(), Refusal> {
-    let (wqe, end) = place(wqe, off, &[pkt.payload])?;
+    let (wqe, end) = place(wqe, off, &[cx.body(pkt.payload)])?;
     let last = pkt.repr.bth.opcode.info().position.ends_message();
     advance(qp, pkt.repr.bth.psn, last);
     if last {
@@ -167,7 +167,7 @@ fn write(
         return Err(RespError::WrongContinuation.into());
     };
     if let Some(mr) = &w.mr {
-        if mr.mem.write(w.offset, pkt.payload).is_err() {
+        if cx.body(pkt.payload).write_to(&mr.mem, w.offset).is_err() {
             if let Some(r) = recv {
                 srq::unpop_recv(qp, cx, r);
             }

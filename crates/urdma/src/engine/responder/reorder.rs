@@ -171,14 +171,20 @@ pub(super) fn hold(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>, kind: Res
         return true;
     }
     let cost = pkt.payload.len() + PACKET_COST;
-    if held.by_psn.len() >= MAX_HELD || !cx.held_budget.take(cost) {
+    if held.by_psn.len() >= MAX_HELD {
+        return false;
+    }
+    let Ok(payload) = cx.body(pkt.payload).to_boxed() else {
+        return false;
+    };
+    if !cx.held_budget.take(cost) {
         return false;
     }
     held.by_psn.insert(
         p,
         HeldPacket {
             repr: pkt.repr,
-            payload: pkt.payload.into(),
+            payload,
             cost,
             budget: cx.held_budget.clone(),
         },

@@ -19,7 +19,7 @@ const ACK: AckSyndrome = AckSyndrome::Ack {
 /// Queue a response for the connected peer.
 fn transmit(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSrc<'_>) {
     let Some(dst) = qp.remote else { return };
-    let icrc = tx::Icrc::for_peer(qp.internal);
+    let icrc = tx::Icrc::for_peer(qp.internal, qp.qp_type == crate::types::QpType::Rc);
     let _ = tx::send(cx, &mut qp.counters, dst, repr, payload, icrc);
 }
 

@@ -5,6 +5,7 @@
 use super::check::{header, take_recv};
 use super::error::{Refusal, RespError};
 use super::execute::{place, recv_wc};
+use crate::engine::dma::Body;
 use crate::engine::qp::QpCtx;
 use crate::engine::Ctx;
 use crate::types::{WcFlags, WcOpcode};
@@ -23,7 +24,7 @@ pub(super) fn request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Res
     }
     let wqe = take_recv(qp, cx)?;
     let grh = received_grh(cx.last_src, cx.local, pkt);
-    let (wqe, total) = place(wqe, 0, &[&grh, pkt.payload])?;
+    let (wqe, total) = place(wqe, 0, &[Body::Bytes(&grh), cx.body(pkt.payload)])?;
     let mut wc = recv_wc(qp, &wqe, WcOpcode::Recv, total, deth.src_qp, pkt);
     wc.wc_flags |= WcFlags::GRH;
     // Release the buffers before the completion becomes visible.

@@ -288,8 +288,11 @@ impl SimNet {
         let now = self.now;
         d.events
             .extend(d.engine.take_events().into_iter().map(|e| (now, e)));
-        for t in out {
-            self.transmit(dev, t.dst, t.data);
+        for mut t in out {
+            // A simulated network carries whole datagrams.
+            if t.assemble().is_ok() {
+                self.transmit(dev, t.dst, t.data);
+            }
         }
     }
 

@@ -1,0 +1,219 @@
+//! Payload carried by reference between devices of one NIC.
+//!
+//! An RC packet for a device of the same NIC ([`super::tx::Icrc::Internal`])
+//! need not carry its payload's bytes: the datagram holds its headers and
+//! ICRC field, and a [`DmaSource`] names the range of the sender's
+//! registered region the payload is in. The receiving device copies that
+//! range once, straight into the memory the packet's request targets, as
+//! an RNIC's DMA engine moves memory to memory on its loopback path
+//! (instead of a copy into a packet and another out of it).
+//!
+//! Only RC packets travel so: an RC requester completes nothing before
+//! the responder has answered, so the bytes stay as they were when the
+//! packet was built until its receiver has taken them (a READ response's
+//! region is read when the requester places it, as a DMA engine reads it
+//! when it sends). Whatever cannot take a payload by reference (the
+//! network, a capture, a packet that is not an RC payload in order) gets
+//! the whole datagram from [`DmaSource::assemble`].
+
+use crate::mem::{MemError, MemRegion};
+use crate::mr::{scatter_from, LocalSge, MrEntry};
+use std::sync::Arc;
+
+/// Payloads shorter than this are copied into their packet: for them a
+/// reference costs as much as the copy it saves.
+pub const MIN_BY_REFERENCE: usize = 1024;
+
+/// Zeros that stand in for a payload held by reference while the packet
+/// passes the responder's checks, which look at its length only; the
+/// steps that place a payload take the bytes from the [`DmaSource`]
+/// ([`Ctx::payload_source`](super::Ctx::payload_source)).
+static STAND_IN: [u8; super::INTERNAL_UNIT] = [0; super::INTERNAL_UNIT];
+
+/// `len` bytes at `offset` of a registered region: a packet's payload,
+/// left where it is.
+#[derive(Clone)]
+pub struct DmaSource {
+    mr: Arc<MrEntry>,
+    offset: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for DmaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaSource")
+            .field("lkey", &self.mr.lkey)
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl PartialEq for DmaSource {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.mr, &other.mr) && self.offset == other.offset && self.len == other.len
+    }
+}
+
+impl Eq for DmaSource {}
+
+impl DmaSource {
+    /// The payload `len` bytes at `offset` of `mr` may travel by
+    /// reference: long enough to be worth it, no longer than the stand-in,
+    /// a multiple of 4 bytes (no pad) and in memory this process maps.
+    pub fn new(mr: &Arc<MrEntry>, offset: usize, len: usize) -> Option<Self> {
+        let fits = offset.checked_add(len).is_some_and(|e| e <= mr.mem.len());
+        (fits
+            && (MIN_BY_REFERENCE..=STAND_IN.len()).contains(&len)
+            && len.is_multiple_of(4)
+            && mr.mem.is_mapped())
+        .then(|| DmaSource {
+            mr: mr.clone(),
+            offset,
+            len,
+        })
+    }
+
+    /// Length of the payload.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a reference is made for payloads of
+    /// [`MIN_BY_REFERENCE`] bytes or more.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the region is still registered.
+    pub fn is_readable(&self) -> bool {
+        let mut probe = [0u8; 1];
+        self.mr.mem.read(self.offset, &mut probe).is_ok()
+    }
+
+    /// Zeros as long as the payload, for the checks that look at its
+    /// length only.
+    pub fn stand_in(&self) -> &'static [u8] {
+        &STAND_IN[..self.len]
+    }
+
+    /// Whether `payload` is this source's stand-in.
+    pub fn stands_for(&self, payload: &[u8]) -> bool {
+        std::ptr::eq(payload, self.stand_in())
+    }
+
+    /// Copy the payload to `offset` of `dst`.
+    pub fn copy_to(&self, dst: &MemRegion, offset: usize) -> Result<(), MemError> {
+        MemRegion::copy_between(&self.mr.mem, self.offset, dst, offset, self.len)
+    }
+
+    /// Copy the payload to message offset `msg_off` of a scatter list.
+    pub fn scatter_to(&self, sges: &[LocalSge], msg_off: usize) -> Result<(), MemError> {
+        scatter_from(sges, msg_off, &self.mr.mem, self.offset, self.len)
+    }
+
+    /// The whole datagram: `headers` (a datagram built without its
+    /// payload: headers, then the ICRC field) with the payload's bytes
+    /// put before the ICRC field.
+    pub fn assemble(&self, headers: &[u8]) -> Result<Vec<u8>, MemError> {
+        let icrc_at = headers.len().saturating_sub(urdma_wire::ICRC_LEN);
+        let mut out = crate::bufpool::take(headers.len() + self.len);
+        out.extend_from_slice(&headers[..icrc_at]);
+        self.mr.mem.read_into(self.offset, self.len, &mut out)?;
+        out.extend_from_slice(&headers[icrc_at..]);
+        Ok(out)
+    }
+}
+
+/// A received packet's payload: its bytes, or the region range a device
+/// of this NIC left them in.
+#[derive(Debug, Clone, Copy)]
+pub enum Body<'a> {
+    /// The bytes.
+    Bytes(&'a [u8]),
+    /// Where the bytes are.
+    Source(&'a DmaSource),
+}
+
+impl Body<'_> {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Body::Bytes(b) => b.len(),
+            Body::Source(s) => s.len(),
+        }
+    }
+
+    /// Copy the payload to `offset` of `dst`.
+    pub fn write_to(&self, dst: &MemRegion, offset: usize) -> Result<(), MemError> {
+        match self {
+            Body::Bytes(b) => dst.write(offset, b),
+            Body::Source(s) => s.copy_to(dst, offset),
+        }
+    }
+
+    /// Copy the payload to message offset `msg_off` of a scatter list.
+    pub fn scatter_to(&self, sges: &[LocalSge], msg_off: usize) -> Result<(), MemError> {
+        match self {
+            Body::Bytes(b) => crate::mr::scatter(sges, msg_off, b),
+            Body::Source(s) => s.scatter_to(sges, msg_off),
+        }
+    }
+
+    /// The payload's bytes, in a buffer of their own.
+    pub fn to_boxed(self) -> Result<Box<[u8]>, MemError> {
+        match self {
+            Body::Bytes(b) => Ok((*b).into()),
+            Body::Source(s) => {
+                let mut v = Vec::with_capacity(s.len);
+                s.mr.mem.read_into(s.offset, s.len, &mut v)?;
+                Ok(v.into_boxed_slice())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::AccessFlags;
+
+    fn region(len: usize) -> Arc<MrEntry> {
+        let mem = MemRegion::allocate(len).unwrap();
+        Arc::new(MrEntry::new(9, 1, AccessFlags::LOCAL_WRITE, 0, mem))
+    }
+
+    #[test]
+    fn only_long_aligned_payloads_in_bounds_go_by_reference() {
+        let mr = region(64 * 1024);
+        assert!(DmaSource::new(&mr, 0, 4096).is_some());
+        assert!(DmaSource::new(&mr, 0, 2).is_none());
+        assert!(DmaSource::new(&mr, 0, 4098).is_none());
+        assert!(DmaSource::new(&mr, 0, super::super::INTERNAL_UNIT + 4).is_none());
+        assert!(DmaSource::new(&mr, 62 * 1024, 4096).is_none());
+        assert!(DmaSource::new(&mr, usize::MAX, 4096).is_none());
+    }
+
+    #[test]
+    fn assembles_the_datagram_and_copies_the_payload() {
+        let mr = region(8192);
+        let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        mr.mem.write(1024, &data).unwrap();
+        let src = DmaSource::new(&mr, 1024, 4096).unwrap();
+        assert!(src.stands_for(src.stand_in()));
+        assert!(!src.stands_for(&data));
+        let whole = src.assemble(&[1, 2, 3, 9, 9, 9, 9]).unwrap();
+        assert_eq!(&whole[..3], &[1, 2, 3]);
+        assert_eq!(&whole[3..4099], &data[..]);
+        assert_eq!(&whole[4099..], &[9, 9, 9, 9]);
+        let dst = MemRegion::allocate(8192).unwrap();
+        src.copy_to(&dst, 100).unwrap();
+        let mut back = vec![0u8; 4096];
+        dst.read(100, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert!(src.copy_to(&dst, 8000).is_err());
+        mr.mem.invalidate();
+        assert!(!src.is_readable());
+        assert!(src.assemble(&[0; 4]).is_err());
+    }
+}
