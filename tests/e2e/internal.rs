@@ -7,7 +7,7 @@
 use crate::harness::{address_pair, PORT, WAIT};
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
-use urdma::{Device, DeviceConfig, QpInitAttr, SendWr, WcStatus};
+use urdma::{AccessFlags, Device, DeviceConfig, QpInitAttr, SendWr, WcStatus};
 use urdma_wire::{IcrcContext, Ipv4Ident};
 
 /// Bind `addr`, waiting up to 10 s for the device that held it to let go.
@@ -25,9 +25,12 @@ fn bind_when_free(addr: SocketAddr) -> UdpSocket {
     }
 }
 
-/// A SEND from a QP whose internal peer device stopped reaches the
-/// network with a valid ICRC.
-pub fn packets_to_a_stopped_internal_peer_are_sealed() {
+/// Connect two devices of one NIC, stop the second, take its address with
+/// a UDP socket, post the SEND `make(pd)` builds on the first and return
+/// the datagram that reaches the network (the region `make` returns
+/// stays registered meanwhile), checked to carry the ICRC urdma
+/// sends; then wait for the QP's retries to run out.
+fn sent_to_a_stopped_peer(make: impl FnOnce(&urdma::Pd) -> (SendWr, Option<urdma::Mr>)) -> Vec<u8> {
     let (ia, ib) = address_pair();
     let a = Device::open(DeviceConfig::new(ia)).expect("open device a");
     let b = Device::open(DeviceConfig::new(ib)).expect("open device b");
@@ -41,8 +44,8 @@ pub fn packets_to_a_stopped_internal_peer_are_sealed() {
 
     let sock = bind_when_free(SocketAddr::new(ib, PORT));
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    qa.post_send(SendWr::send_inline(1, b"to a stopped peer"))
-        .unwrap();
+    let (wr, _mr) = make(&pa);
+    qa.post_send(wr).unwrap();
     let mut buf = vec![0u8; 9000];
     let (n, from) = sock.recv_from(&mut buf).expect("a datagram from device a");
     assert_eq!(from, SocketAddr::new(ia, PORT));
@@ -56,4 +59,35 @@ pub fn packets_to_a_stopped_internal_peer_are_sealed() {
     // Nobody answers for the stopped peer: the QP's retries run out.
     let wc = ca.wait_one(Some(WAIT)).expect("a completion");
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RetryExcErr));
+    buf.truncate(n);
+    buf
+}
+
+/// A SEND from a QP whose internal peer device stopped reaches the
+/// network with a valid ICRC.
+pub fn packets_to_a_stopped_internal_peer_are_sealed() {
+    sent_to_a_stopped_peer(|_| (SendWr::send_inline(1, b"to a stopped peer"), None));
+}
+
+/// A SEND from registered memory, whose payload a device of the same NIC
+/// would take by reference, reaches the network whole: the payload's
+/// bytes are in the datagram, under its ICRC.
+pub fn payload_by_reference_reaches_the_network_whole() {
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    let got = sent_to_a_stopped_peer(|pd| {
+        let mr = pd.reg_mr(data.len(), AccessFlags::LOCAL_WRITE).unwrap();
+        mr.write_at(0, &data).unwrap();
+        (
+            SendWr::send(1, &[mr.slice(0, data.len()).unwrap()]),
+            Some(mr),
+        )
+    });
+    assert_eq!(
+        got.len(),
+        urdma_wire::BTH_LEN + data.len() + urdma_wire::ICRC_LEN
+    );
+    assert_eq!(
+        &got[urdma_wire::BTH_LEN..got.len() - urdma_wire::ICRC_LEN],
+        &data[..]
+    );
 }

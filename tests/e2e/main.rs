@@ -101,6 +101,10 @@ fn trials() -> Vec<Trial> {
             "internal_peer_stopped_packets_sealed",
             internal::packets_to_a_stopped_internal_peer_are_sealed,
         ),
+        trial(
+            "internal_peer_stopped_payload_whole",
+            internal::payload_by_reference_reaches_the_network_whole,
+        ),
         trial("large_1gib_write_read", large::write_and_read_1gib),
     ];
     for mtu in [256, 512, 1024, 2048, 4096] {
