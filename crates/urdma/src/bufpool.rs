@@ -27,8 +27,10 @@ const HEADROOM: usize = 128;
 const SMALLEST: usize = 1024;
 
 /// Packets of a payload up to 4 KiB (the largest path MTU), and up to the
-/// internal-loopback unit. Each class holds at most a send window's worth
-/// (256 packets) and a half: the process keeps at most about 14 MiB of
+/// internal-loopback unit. The first class holds at most a send window's
+/// worth (256 packets) and a half, the second 192 pieces of 60 KiB (RC
+/// payloads between devices of one NIC mostly travel by reference,
+/// [`crate::engine::dma`]): the process keeps at most about 13 MiB of
 /// free buffers.
 static CLASSES: [Class; 2] = [
     Class {
@@ -38,7 +40,7 @@ static CLASSES: [Class; 2] = [
     },
     Class {
         capacity: crate::engine::INTERNAL_UNIT + HEADROOM,
-        kept: 384,
+        kept: 192,
         free: Mutex::new(Vec::new()),
     },
 ];

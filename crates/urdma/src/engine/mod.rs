@@ -57,9 +57,10 @@ pub type InternalPeerTest = Arc<dyn Fn(SocketAddr) -> bool + Send + Sync>;
 /// same NIC: both ends are this NIC's engines and no packet crosses a
 /// link, so messages are cut into pieces of this size instead of the path
 /// MTU (as an RNIC's internal loopback moves memory without a wire
-/// format). It keeps a packet within an IPv4 datagram's size, so that
-/// captures of internal traffic stay readable.
-pub const INTERNAL_UNIT: usize = 32 * 1024;
+/// format). 60 KiB keeps a packet, with any headers, within an IPv4
+/// datagram's size (and a capture's 65,535-byte frames), so that captures
+/// of internal traffic stay readable.
+pub const INTERNAL_UNIT: usize = 60 * 1024;
 
 /// A datagram for the fabric to send.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -80,7 +80,7 @@ pub(crate) fn lookup(addr: SocketAddr) -> Option<Arc<UdpDriver>> {
 /// least [`HANDOFF_BYTES`], leaves them to its receive thread, which takes
 /// them while the sending thread goes on (the packets of many QPs, handled
 /// by two threads at once). Anything less (a ping-pong, a burst of small
-/// packets, a stream's next 32 KiB pieces, see
+/// packets, a stream's next 60 KiB pieces, see
 /// [`crate::engine::INTERNAL_UNIT`]) is handled at once on the sending
 /// thread, which costs less than waking another.
 pub(crate) const HANDOFF_PACKETS: usize = 32;
