@@ -79,12 +79,6 @@ impl DmaSource {
         self.len
     }
 
-    /// Always false: a reference is made for payloads of
-    /// [`MIN_BY_REFERENCE`] bytes or more.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Whether the region is still registered.
     pub fn is_readable(&self) -> bool {
         let mut probe = [0u8; 1];

@@ -87,24 +87,14 @@ impl Transmit {
     }
 
     /// Put the payload held by reference into `data`. On failure (the
-    /// region was deregistered meanwhile) the datagram is lost, as on a
-    /// link, and its sender's timer recovers.
+    /// region was deregistered meanwhile) the datagram is to be dropped,
+    /// as a link loses one.
     pub fn assemble(&mut self) -> Result<(), crate::mem::MemError> {
         if let Some(src) = self.source.take() {
             let whole = src.assemble(&self.data)?;
             crate::bufpool::give(std::mem::replace(&mut self.data, whole));
         }
         Ok(())
-    }
-
-    /// Payload bytes this datagram carries, by reference or not.
-    pub fn len(&self) -> usize {
-        self.data.len() + self.source.as_ref().map_or(0, dma::DmaSource::len)
-    }
-
-    /// Never true: a datagram has headers.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
