@@ -417,7 +417,8 @@ impl MemRegion {
     /// this process (one copy), through a bounce buffer otherwise. The
     /// two regions' locks are taken in one order whatever the direction,
     /// so that two copies in opposite directions never wait on each other;
-    /// within one region the ranges may overlap.
+    /// within one region the ranges may overlap (a range onto itself is
+    /// left as it is).
     pub fn copy_between(
         src: &MemRegion,
         offset: usize,
@@ -429,6 +430,10 @@ impl MemRegion {
             let _guard = dst.lock.write().unwrap_or_else(|e| e.into_inner());
             src.check(offset, len)?;
             dst.check(dst_offset, len)?;
+            if offset == dst_offset {
+                // The bytes are where they are to go.
+                return Ok(());
+            }
             return Self::copy_locked(src, offset, dst, dst_offset, len);
         }
         let src_first = (src as *const MemRegion) < (dst as *const MemRegion);

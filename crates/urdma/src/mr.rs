@@ -215,6 +215,21 @@ fn each_piece(
     Ok(())
 }
 
+/// The element that holds all `len` bytes at message offset `msg_off` of
+/// a scatter/gather list, with their offset in its region; None when they
+/// span elements or run past the list.
+pub fn within_one(sges: &[LocalSge], msg_off: usize, len: usize) -> Option<(&LocalSge, usize)> {
+    let mut skip = msg_off;
+    let sge = sges.iter().find(|s| {
+        let here = skip < s.len;
+        if !here {
+            skip -= s.len;
+        }
+        here
+    })?;
+    (skip.checked_add(len)? <= sge.len).then_some((sge, sge.offset + skip))
+}
+
 /// Copy `len` bytes from message offset `msg_off` of a gather list into `out`.
 pub fn gather(
     sges: &[LocalSge],

@@ -8,16 +8,31 @@
 //! an RNIC's DMA engine moves memory to memory on its loopback path
 //! (instead of a copy into a packet and another out of it).
 //!
-//! Only RC packets travel so: an RC requester completes nothing before
+//! Only RC requests travel so: an RC requester completes nothing before
 //! the responder has answered, so the bytes stay as they were when the
-//! packet was built until its receiver has taken them (a READ response's
-//! region is read when the requester places it, as a DMA engine reads it
-//! when it sends). Whatever cannot take a payload by reference (the
-//! network, a capture, a packet that is not an RC payload in order) gets
-//! the whole datagram from [`DmaSource::assemble`].
+//! packet was built until its receiver has taken them. READ data moves
+//! the other way: an RC READ request names the requester's buffer for it
+//! (`Transmit::sink`, when that is one range of memory this process
+//! maps), and the responding device copies the data straight into that
+//! buffer when it executes the READ, before the requests that follow it
+//! on the QP, as IBTA orders them; its responses then name the bytes
+//! already in place, which the requester's copy finds where they are
+//! ([`MemRegion::copy_between`] of a range onto itself does nothing).
+//! Whatever cannot take a payload by reference (the network, a capture,
+//! a packet that is not an RC payload in order) gets the whole datagram
+//! from [`DmaSource::assemble`].
+//!
+//! The receiving device checks that the request still stands and its
+//! region is still registered before it takes a packet; a packet that
+//! fails the check is lost, as on a link. A region deregistered by
+//! another thread in the moment between that check and the copy fails
+//! the copy as the target's would: the responder then refuses the
+//! request (a remote access or operational error), as it does for a
+//! target it cannot write.
 
 use crate::mem::{MemError, MemRegion};
 use crate::mr::{scatter_from, LocalSge, MrEntry};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Payloads shorter than this are copied into their packet: for them a
@@ -30,13 +45,35 @@ pub const MIN_BY_REFERENCE: usize = 1024;
 /// ([`Ctx::payload_source`](super::Ctx::payload_source)).
 static STAND_IN: [u8; super::INTERNAL_UNIT] = [0; super::INTERNAL_UNIT];
 
+/// Whether the requests a QP has sent still stand: true until its send
+/// queue is flushed (ERR), reset or destroyed, when the work requests that
+/// sent them have ended and their buffers are the program's again. A
+/// payload left by reference for such a request is not taken (the packet
+/// is lost, as on a link), so that what the receiver gets is never bytes
+/// the program wrote after the request ended.
+#[derive(Debug)]
+pub struct Liveness(Arc<AtomicBool>);
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Liveness(Arc::new(AtomicBool::new(true)))
+    }
+}
+
+impl Drop for Liveness {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// `len` bytes at `offset` of a registered region: a packet's payload,
-/// left where it is.
+/// left where it is, for as long as the request that sent it stands.
 #[derive(Clone)]
 pub struct DmaSource {
     mr: Arc<MrEntry>,
     offset: usize,
     len: usize,
+    live: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for DmaSource {
@@ -61,7 +98,7 @@ impl DmaSource {
     /// The payload `len` bytes at `offset` of `mr` may travel by
     /// reference: long enough to be worth it, no longer than the stand-in,
     /// a multiple of 4 bytes (no pad) and in memory this process maps.
-    pub fn new(mr: &Arc<MrEntry>, offset: usize, len: usize) -> Option<Self> {
+    pub fn new(mr: &Arc<MrEntry>, offset: usize, len: usize, live: &Liveness) -> Option<Self> {
         let fits = offset.checked_add(len).is_some_and(|e| e <= mr.mem.len());
         (fits
             && (MIN_BY_REFERENCE..=STAND_IN.len()).contains(&len)
@@ -71,7 +108,51 @@ impl DmaSource {
             mr: mr.clone(),
             offset,
             len,
+            live: live.0.clone(),
         })
+    }
+
+    /// The requester's buffer for the data of a READ request:
+    /// `len` bytes at `offset` of `mr`, any length, in memory this
+    /// process maps (see [`DmaSource::piece`]).
+    pub fn read_buffer(
+        mr: &Arc<MrEntry>,
+        offset: usize,
+        len: usize,
+        live: &Liveness,
+    ) -> Option<Self> {
+        let fits = offset.checked_add(len).is_some_and(|e| e <= mr.mem.len());
+        (fits && mr.mem.is_mapped()).then(|| DmaSource {
+            mr: mr.clone(),
+            offset,
+            len,
+            live: live.0.clone(),
+        })
+    }
+
+    /// Bytes `[at, at + len)` of this range, as a payload by reference
+    /// (within the limits of [`DmaSource::new`]).
+    pub fn piece(&self, at: usize, len: usize) -> Option<Self> {
+        let offset = self.offset.checked_add(at)?;
+        (at.checked_add(len)? <= self.len
+            && (MIN_BY_REFERENCE..=STAND_IN.len()).contains(&len)
+            && len.is_multiple_of(4))
+        .then(|| DmaSource {
+            mr: self.mr.clone(),
+            offset,
+            len,
+            live: self.live.clone(),
+        })
+    }
+
+    /// Fill this range (a READ's buffer at the requester) with `len` bytes
+    /// at `offset` of `src`, when the request still stands and the
+    /// lengths agree.
+    pub fn fill_from(&self, src: &MemRegion, offset: usize, len: usize) -> Result<(), MemError> {
+        if !self.live.load(Ordering::Acquire) || len != self.len {
+            return Err(MemError::Invalid);
+        }
+        MemRegion::copy_between(src, offset, &self.mr.mem, self.offset, len)
     }
 
     /// Length of the payload.
@@ -79,10 +160,11 @@ impl DmaSource {
         self.len
     }
 
-    /// Whether the region is still registered.
+    /// Whether the request that sent it still stands and the region is
+    /// still registered.
     pub fn is_readable(&self) -> bool {
         let mut probe = [0u8; 1];
-        self.mr.mem.read(self.offset, &mut probe).is_ok()
+        self.live.load(Ordering::Acquire) && self.mr.mem.read(self.offset, &mut probe).is_ok()
     }
 
     /// Zeros as long as the payload, for the checks that look at its
@@ -113,10 +195,30 @@ impl DmaSource {
         let icrc_at = headers.len().saturating_sub(urdma_wire::ICRC_LEN);
         let mut out = crate::bufpool::take(headers.len() + self.len);
         out.extend_from_slice(&headers[..icrc_at]);
-        self.mr.mem.read_into(self.offset, self.len, &mut out)?;
+        self.append_to(&mut out)?;
         out.extend_from_slice(&headers[icrc_at..]);
         Ok(out)
     }
+
+    /// Append the payload's bytes to `out`.
+    pub fn append_to(&self, out: &mut Vec<u8>) -> Result<(), MemError> {
+        self.mr.mem.read_into(self.offset, self.len, out)
+    }
+}
+
+/// A datagram one device of this NIC hands another: its source, its
+/// bytes (without the payload when `source` holds it), and the requester's
+/// buffer of an RC READ request.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivered<'d> {
+    /// The sending device's address.
+    pub src: std::net::SocketAddr,
+    /// The datagram.
+    pub data: &'d [u8],
+    /// Its payload, left in the sender's region.
+    pub source: Option<&'d DmaSource>,
+    /// The READ request's buffer at the requester.
+    pub sink: Option<&'d DmaSource>,
 }
 
 /// A received packet's payload: its bytes, or the region range a device
@@ -180,12 +282,44 @@ mod tests {
     #[test]
     fn only_long_aligned_payloads_in_bounds_go_by_reference() {
         let mr = region(64 * 1024);
-        assert!(DmaSource::new(&mr, 0, 4096).is_some());
-        assert!(DmaSource::new(&mr, 0, 2).is_none());
-        assert!(DmaSource::new(&mr, 0, 4098).is_none());
-        assert!(DmaSource::new(&mr, 0, super::super::INTERNAL_UNIT + 4).is_none());
-        assert!(DmaSource::new(&mr, 62 * 1024, 4096).is_none());
-        assert!(DmaSource::new(&mr, usize::MAX, 4096).is_none());
+        let live = Liveness::default();
+        assert!(DmaSource::new(&mr, 0, 4096, &live).is_some());
+        assert!(DmaSource::new(&mr, 0, 2, &live).is_none());
+        assert!(DmaSource::new(&mr, 0, 4098, &live).is_none());
+        assert!(DmaSource::new(&mr, 0, super::super::INTERNAL_UNIT + 4, &live).is_none());
+        assert!(DmaSource::new(&mr, 62 * 1024, 4096, &live).is_none());
+        assert!(DmaSource::new(&mr, usize::MAX, 4096, &live).is_none());
+    }
+
+    #[test]
+    fn a_read_buffer_is_filled_and_cut_into_pieces() {
+        let mr = region(3 * 4096);
+        let live = Liveness::default();
+        let buf = DmaSource::read_buffer(&mr, 4096, 8192, &live).unwrap();
+        assert!(DmaSource::read_buffer(&mr, 8192, 8192, &live).is_none());
+        let src = MemRegion::allocate(8192).unwrap();
+        src.write(0, &[7; 8192]).unwrap();
+        assert!(buf.fill_from(&src, 0, 4096).is_err(), "lengths differ");
+        buf.fill_from(&src, 0, 8192).unwrap();
+        let mut got = vec![0u8; 8192];
+        mr.mem.read(4096, &mut got).unwrap();
+        assert_eq!(got, vec![7; 8192]);
+        let second = buf.piece(4096, 4096).unwrap();
+        assert_eq!((second.offset, second.len), (8192, 4096));
+        assert!(buf.piece(4096, 8192).is_none());
+        assert!(buf.piece(0, 6).is_none());
+        drop(live);
+        assert!(buf.fill_from(&src, 0, 8192).is_err());
+    }
+
+    #[test]
+    fn a_payload_of_an_ended_request_is_not_taken() {
+        let mr = region(8192);
+        let live = Liveness::default();
+        let src = DmaSource::new(&mr, 0, 4096, &live).unwrap();
+        assert!(src.is_readable());
+        drop(live);
+        assert!(!src.is_readable());
     }
 
     #[test]
@@ -193,7 +327,8 @@ mod tests {
         let mr = region(8192);
         let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
         mr.mem.write(1024, &data).unwrap();
-        let src = DmaSource::new(&mr, 1024, 4096).unwrap();
+        let live = Liveness::default();
+        let src = DmaSource::new(&mr, 1024, 4096, &live).unwrap();
         assert!(src.stands_for(src.stand_in()));
         assert!(!src.stands_for(&data));
         let whole = src.assemble(&[1, 2, 3, 9, 9, 9, 9]).unwrap();

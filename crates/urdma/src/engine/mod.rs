@@ -74,6 +74,10 @@ pub struct Transmit {
     /// to copy ([`dma`]); the fabric assembles the whole datagram
     /// ([`Transmit::assemble`]) for anything else.
     pub source: Option<dma::DmaSource>,
+    /// An RC READ request's buffer at the requester, which a device of
+    /// this NIC fills when it executes the READ ([`dma`]); nothing to
+    /// anything else.
+    pub sink: Option<dma::DmaSource>,
 }
 
 impl Transmit {
@@ -83,6 +87,7 @@ impl Transmit {
             dst,
             data,
             source: None,
+            sink: None,
         }
     }
 
@@ -95,6 +100,11 @@ impl Transmit {
             crate::bufpool::give(std::mem::replace(&mut self.data, whole));
         }
         Ok(())
+    }
+
+    /// Length of the datagram on a wire, its payload included.
+    pub fn wire_len(&self) -> usize {
+        self.data.len() + self.source.as_ref().map_or(0, dma::DmaSource::len)
     }
 }
 
@@ -136,6 +146,9 @@ pub(crate) struct Ctx<'a> {
     /// The payload of the packet being handled, when a device of this NIC
     /// left it in its region ([`dma`]).
     pub dma: Option<&'a dma::DmaSource>,
+    /// The requester's buffer of the READ request being handled, when the
+    /// requester is a device of this NIC ([`dma`]).
+    pub sink: Option<&'a dma::DmaSource>,
 }
 
 impl<'a> Ctx<'a> {
@@ -391,6 +404,7 @@ impl Engine {
                 device_inflight: &mut self.device_inflight,
                 device_window: self.device_window,
                 dma: None,
+                sink: None,
             },
         )
     }
@@ -473,16 +487,34 @@ impl Engine {
     pub fn handle_internal_batch<'d>(
         &mut self,
         now: u64,
-        batch: impl IntoIterator<Item = (SocketAddr, &'d [u8], Option<&'d dma::DmaSource>)>,
+        batch: impl IntoIterator<Item = dma::Delivered<'d>>,
     ) {
         self.batching = true;
-        for (src, data, source) in batch {
-            match source {
-                None => self.handle_one(now, src, data, false, false),
-                Some(source) => self.handle_by_reference(now, src, data, source),
+        for d in batch {
+            match (d.source, d.sink) {
+                (Some(source), _) => self.handle_by_reference(now, d.src, d.data, source),
+                (None, sink) => self.handle_one_internal(now, d.src, d.data, sink),
             }
         }
         self.end_batch(now);
+    }
+
+    /// Handle a whole datagram of internal loopback: an RC READ request
+    /// may name its requester's buffer (`sink`).
+    fn handle_one_internal(
+        &mut self,
+        now: u64,
+        src: SocketAddr,
+        data: &[u8],
+        sink: Option<&dma::DmaSource>,
+    ) {
+        if urdma_wire::cnp::is_cnp(data) || sink.is_none() {
+            return self.handle_one(now, src, data, false, false);
+        }
+        match urdma_wire::parse_unchecked(data) {
+            Ok(pkt) => self.handle_packet(now, src, &pkt, data.len(), false, (None, sink)),
+            Err(e) => self.count_malformed(&e, src, "packet"),
+        }
     }
 
     fn handle_batch_checked<'d>(
@@ -511,8 +543,8 @@ impl Engine {
     }
 
     /// Handle a datagram of internal loopback whose payload `source` left
-    /// in its sender's region: an RC SEND, WRITE or READ response has it
-    /// copied straight into its target; anything else is handled whole.
+    /// in its sender's region: an RC SEND or WRITE has it copied straight
+    /// into its target; anything else is handled whole.
     fn handle_by_reference(
         &mut self,
         now: u64,
@@ -539,7 +571,7 @@ impl Engine {
                     &pkt,
                     data.len() + source.len(),
                     false,
-                    Some(source),
+                    (Some(source), None),
                 );
             }
             None => match source.assemble(data) {
@@ -591,11 +623,12 @@ impl Engine {
             Ok(p) => p,
             Err(e) => return self.count_malformed(&e, src, "packet"),
         };
-        self.handle_packet(now, src, &pkt, data.len(), ce, None);
+        self.handle_packet(now, src, &pkt, data.len(), ce, (None, None));
     }
 
     /// Handle a parsed packet of `len` bytes from `src`, whose payload
-    /// `dma` holds if it stayed in its sender's region.
+    /// stayed in its sender's region if `refs.0` names it, and whose
+    /// requester's READ buffer is `refs.1` ([`dma`]).
     fn handle_packet(
         &mut self,
         now: u64,
@@ -603,7 +636,7 @@ impl Engine {
         pkt: &urdma_wire::Packet<'_>,
         len: usize,
         ce: bool,
-        dma: Option<&dma::DmaSource>,
+        refs: (Option<&dma::DmaSource>, Option<&dma::DmaSource>),
     ) {
         tracing::trace!(%src, packet = %pkt, "received");
         self.counters.add(Counter::RxPackets, 1);
@@ -613,7 +646,7 @@ impl Engine {
             return self.on_gsi_packet(now, src, pkt);
         }
         let (qps, mut cx) = self.split_from(now, src);
-        cx.dma = dma;
+        (cx.dma, cx.sink) = refs;
         let Some(qp) = qps.get_mut(&qpn) else {
             cx.counters.add(Counter::Dropped, 1);
             tracing::debug!(qpn, "packet for unknown QP dropped");

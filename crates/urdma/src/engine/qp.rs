@@ -92,6 +92,9 @@ pub struct ReqState {
     /// waits for the SQ to empty, in posting order (see
     /// [`super::local_ops`]).
     pub held: VecDeque<super::objects::SendRequest>,
+    /// Whether the requests sent so far stand ([`super::dma::Liveness`]):
+    /// replaced when the send queue is flushed, and ended with the state.
+    pub live: super::dma::Liveness,
 }
 
 /// A multi-packet RDMA WRITE in progress at the responder.
@@ -353,6 +356,8 @@ impl QpCtx {
 
     /// Complete every queued WQE with WR_FLUSH_ERR (QP in ERR).
     pub fn flush(&mut self, cx: &mut Ctx<'_>) {
+        // Payloads left by reference for what is flushed are not taken.
+        self.req.live = Default::default();
         super::device_window::sync(self, cx.device_inflight);
         self.timers.stop_all();
         self.req.rd_atomic.clear();

@@ -5,7 +5,7 @@ use super::qp::QpCtx;
 use super::timer::TimerKind;
 use super::tx::{self, PayloadSrc};
 use super::wqe::{Payload, SendOp, SendWqe};
-use super::{device_window, psn, Counter, Ctx};
+use super::{device_window, psn, Counter, Ctx, Transmit};
 use crate::types::{AsyncEventKind, QpState, QpType, WcStatus};
 use urdma_wire::{AtomicEth, Bth, Deth, Opcode, PacketRepr, Position, Reth, Transport};
 
@@ -390,8 +390,15 @@ fn send_one(
         _ => None,
     };
     let src = staged.map_or_else(|| payload_of(wqe, seg, has_payload), PayloadSrc::Bytes);
-    let icrc = tx::Icrc::for_peer(qp.internal, qp.qp_type == crate::types::QpType::Rc);
+    let icrc = tx::Icrc::for_peer(qp.internal, rc.then_some(&qp.req.live));
     tx::send(cx, &mut qp.counters, dst, &repr, src, icrc)?;
+    if wqe.op == SendOp::Read && rc && qp.internal {
+        if let (Some(t), Payload::Sges(s)) = (cx.tx.back_mut(), &wqe.payload) {
+            t.sink = crate::mr::within_one(s, seg.offset, seg.len).and_then(|(sge, at)| {
+                super::dma::DmaSource::read_buffer(&sge.mr, at, seg.len, &qp.req.live)
+            });
+        }
+    }
     if seg.position.ends_message() {
         qp.req.stage.release(wqe);
     }
@@ -451,7 +458,7 @@ fn transmit(
         qp.enter_error(cx, Some(AsyncEventKind::QpFatal));
         return false;
     }
-    let bytes: usize = cx.tx.iter().skip(before).map(|t| t.data.len()).sum();
+    let bytes: usize = cx.tx.iter().skip(before).map(Transmit::wire_len).sum();
     let srtt = qp.req.rtt.srtt();
     qp.req.rate.sent(cx.now, bytes, srtt);
     true

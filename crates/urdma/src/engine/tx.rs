@@ -1,12 +1,11 @@
 //! Building and queueing outgoing packets.
 
 use super::counters::{self, Counter, Counters};
-use super::dma::DmaSource;
+use super::dma::{DmaSource, Liveness};
 use super::Ctx;
 use super::Transmit;
 use crate::mr::{gather, LocalSge};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use urdma_wire::{IcrcContext, PacketRepr};
 
 /// Where a packet's payload comes from.
@@ -18,7 +17,10 @@ pub enum PayloadSrc<'a> {
     /// `len` bytes at message offset `offset` of a gather list.
     Gather(&'a [LocalSge], usize, usize),
     /// `len` bytes at `offset` of one region.
-    Region(&'a Arc<crate::mr::MrEntry>, usize, usize),
+    Region(&'a crate::mr::MrEntry, usize, usize),
+    /// Bytes left in a region for a device of this NIC, by reference
+    /// ([`super::dma`]); read into the packet for anything else.
+    Reference(DmaSource),
 }
 
 /// Bytes read ahead of the packets that carry them: `data` holds those
@@ -58,53 +60,49 @@ impl ReadAhead {
 pub struct PayloadError;
 
 /// Whether a packet gets its ICRC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Icrc {
+#[derive(Debug, Clone, Copy)]
+pub enum Icrc<'a> {
     /// Computed, as every packet that may cross a link needs.
     Sealed,
     /// Left zero: the packet is for a device of this NIC (a QP whose peer
     /// was internal when it moved to RTR), whose receiver does not check
     /// it; a capture fills it in ([`urdma_wire::reseal`]).
     Internal,
-    /// As [`Icrc::Internal`], for an RC QP: a payload in one region may
-    /// stay there for the receiving device to copy ([`super::dma`]).
-    InternalRc,
+    /// As [`Icrc::Internal`], and a payload in one region may stay there
+    /// for the receiving device to copy ([`super::dma`]) while the QP's
+    /// requests stand: an RC request, whose requester completes nothing
+    /// before the responder answered.
+    InternalByReference(&'a Liveness),
 }
 
-impl Icrc {
+impl<'a> Icrc<'a> {
     /// What a connected QP's packets get: none between devices of this
-    /// NIC.
-    pub fn for_peer(internal: bool, rc: bool) -> Self {
-        match (internal, rc) {
+    /// NIC, whose payloads may travel by reference when `by_reference`
+    /// names the QP's [`Liveness`].
+    pub fn for_peer(internal: bool, by_reference: Option<&'a Liveness>) -> Self {
+        match (internal, by_reference) {
             (false, _) => Icrc::Sealed,
-            (true, false) => Icrc::Internal,
-            (true, true) => Icrc::InternalRc,
+            (true, None) => Icrc::Internal,
+            (true, Some(live)) => Icrc::InternalByReference(live),
         }
     }
 }
 
 /// The payload `payload` as a reference into its region, when `icrc`
 /// allows one and it lies in one region that lets it travel so.
-fn by_reference(payload: &PayloadSrc<'_>, icrc: Icrc) -> Option<DmaSource> {
-    if icrc != Icrc::InternalRc {
-        return None;
-    }
+fn by_reference(payload: &PayloadSrc<'_>, icrc: Icrc<'_>) -> Option<DmaSource> {
+    let live = match icrc {
+        Icrc::Sealed => return None,
+        Icrc::Internal => None,
+        Icrc::InternalByReference(live) => Some(live),
+    };
     match *payload {
         PayloadSrc::Gather(sges, off, n) => {
-            let mut skip = off;
-            let sge = sges.iter().find(|s| {
-                let here = skip < s.len;
-                if !here {
-                    skip -= s.len;
-                }
-                here
-            })?;
-            (skip + n <= sge.len)
-                .then(|| DmaSource::new(&sge.mr, sge.offset + skip, n))
-                .flatten()
+            let (sge, at) = crate::mr::within_one(sges, off, n)?;
+            DmaSource::new(&sge.mr, at, n, live?)
         }
-        PayloadSrc::Region(mr, off, n) => DmaSource::new(mr, off, n),
-        PayloadSrc::Empty | PayloadSrc::Bytes(_) => None,
+        PayloadSrc::Reference(ref src) => Some(src.clone()),
+        PayloadSrc::Region(..) | PayloadSrc::Empty | PayloadSrc::Bytes(_) => None,
     }
 }
 
@@ -121,6 +119,7 @@ pub fn send(
         PayloadSrc::Empty => 0,
         PayloadSrc::Bytes(b) => b.len(),
         PayloadSrc::Gather(_, _, n) | PayloadSrc::Region(_, _, n) => n,
+        PayloadSrc::Reference(ref src) => src.len(),
     };
     let source = by_reference(&payload, icrc);
     let carried = if source.is_some() { 0 } else { plen };
@@ -140,10 +139,11 @@ pub fn send(
             .mem
             .read_into(off, n, &mut out)
             .map_err(|_| PayloadError)?,
+        PayloadSrc::Reference(src) => src.append_to(&mut out).map_err(|_| PayloadError)?,
     }
     let closed = match icrc {
         Icrc::Sealed => urdma_wire::seal(&mut out, &IcrcContext { src: cx.local, dst }),
-        Icrc::Internal | Icrc::InternalRc => urdma_wire::close_unsealed(&mut out),
+        Icrc::Internal | Icrc::InternalByReference(_) => urdma_wire::close_unsealed(&mut out),
     };
     if let Err(e) = closed {
         tracing::error!(%dst, error = %e, "cannot close packet");
@@ -156,6 +156,7 @@ pub fn send(
         dst,
         data: out,
         source,
+        sink: None,
     });
     Ok(())
 }

@@ -102,6 +102,8 @@ pub(crate) struct Handed {
     pub data: Vec<u8>,
     /// Where its payload is, if not in `data`.
     pub source: Option<DmaSource>,
+    /// An RC READ request's buffer at the requester.
+    pub sink: Option<DmaSource>,
 }
 
 impl Handed {
@@ -122,7 +124,11 @@ impl Handed {
 
 impl From<Vec<u8>> for Handed {
     fn from(data: Vec<u8>) -> Self {
-        Handed { data, source: None }
+        Handed {
+            data,
+            source: None,
+            sink: None,
+        }
     }
 }
 
@@ -220,6 +226,10 @@ impl Routed {
         let mut routes: SmallVec<[Option<usize>; 8]> = SmallVec::with_capacity(out.len());
         out.retain_mut(|t| {
             let r = route(t);
+            if r.is_none() {
+                // Only a device of this NIC fills a READ's buffer.
+                t.sink = None;
+            }
             if r.is_none() && t.assemble().is_err() {
                 tracing::debug!(dst = %t.dst, "payload of a datagram no longer readable");
                 return false;
@@ -273,6 +283,7 @@ impl Routed {
                 Some(i) => internal[i].1.push(Handed {
                     data: t.data,
                     source: t.source,
+                    sink: t.sink,
                 }),
                 None => external.push(t),
             }

@@ -437,9 +437,12 @@ impl UdpDriver {
         });
         eng.handle_internal_batch(
             now,
-            internal
-                .iter()
-                .map(|(s, d)| (*s, d.data.as_slice(), d.source.as_ref())),
+            internal.iter().map(|(s, d)| crate::engine::dma::Delivered {
+                src: *s,
+                data: &d.data,
+                source: d.source.as_ref(),
+                sink: d.sink.as_ref(),
+            }),
         );
     }
 
@@ -694,6 +697,10 @@ impl UdpDriver {
             if !internal.is_empty() {
                 last_rx = std::time::Instant::now();
                 self.handle_internal(&mut eng, now, &internal);
+                // Kept for their buffers; the regions are let go now.
+                internal
+                    .iter_mut()
+                    .for_each(|(_, d)| (d.source, d.sink) = (None, None));
             }
             if eng.next_deadline().is_some_and(|d| d <= now) {
                 eng.handle_timeouts(now);

@@ -16,10 +16,15 @@ const ACK: AckSyndrome = AckSyndrome::Ack {
     credits: NO_CREDITS,
 };
 
-/// Queue a response for the connected peer.
+/// Queue a response for the connected peer. A READ response to a device
+/// of this NIC names bytes by reference only once they are in the
+/// requester's buffer ([`read_responses`]): read when the READ executes,
+/// as IBTA orders it before the requests that follow it on the QP (a
+/// WRITE or atomic of the same requester to the same bytes), which a copy
+/// made later, when the requester places it, would not be.
 fn transmit(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSrc<'_>) {
     let Some(dst) = qp.remote else { return };
-    let icrc = tx::Icrc::for_peer(qp.internal, qp.qp_type == crate::types::QpType::Rc);
+    let icrc = tx::Icrc::for_peer(qp.internal, None);
     let _ = tx::send(cx, &mut qp.counters, dst, repr, payload, icrc);
 }
 
@@ -131,6 +136,14 @@ pub(super) fn read_responses(
 ) {
     let mtu = qp.mtu();
     let n = read_span(qp, len) as usize;
+    // A device of this NIC named the READ's buffer: the data goes straight
+    // there now, in the READ's turn, and the responses name it in place.
+    let placed = match (cx.sink, range) {
+        (Some(buf), Some((mr, off))) if qp.internal && len > 0 => {
+            buf.fill_from(&mr.mem, off, len).is_ok().then_some(buf)
+        }
+        _ => None,
+    };
     // The region's bytes, read up to STAGE_BYTES at once where that pays.
     let mut ahead = tx::ReadAhead::default();
     let read_ahead = n > 1 && range.is_some_and(|(mr, _)| mr.mem.prefers_large_reads());
@@ -148,8 +161,12 @@ pub(super) fn read_responses(
         }
         let start = i * mtu;
         let plen = mtu.min(len - start.min(len));
-        let src = match range {
-            Some((mr, off)) if plen > 0 && read_ahead => {
+        let in_place = placed
+            .filter(|_| plen > 0)
+            .and_then(|b| b.piece(start, plen));
+        let src = match (in_place, range) {
+            (Some(piece), _) => PayloadSrc::Reference(piece),
+            (None, Some((mr, off))) if plen > 0 && read_ahead => {
                 let want = (len - start).min(STAGE_BYTES).max(plen);
                 match ahead
                     .get_or_read(start, plen, |at, out| mr.mem.read_into(off + at, want, out))
@@ -159,7 +176,7 @@ pub(super) fn read_responses(
                     _ => PayloadSrc::Region(mr, off + start, plen),
                 }
             }
-            Some((mr, off)) if plen > 0 => PayloadSrc::Region(mr, off + start, plen),
+            (None, Some((mr, off))) if plen > 0 => PayloadSrc::Region(mr, off + start, plen),
             _ => PayloadSrc::Empty,
         };
         reply(qp, cx, &repr, src);
