@@ -34,8 +34,11 @@ pub struct Plan {
 /// TCP bandwidth runs per size, of which the best is reported.
 const TCP_BW_RUNS: usize = 3;
 
+/// Messages per bandwidth test: 256 MiB, and at least 1,024 messages, so
+/// that the start of a stream (its send window opening) does not weigh on
+/// the large sizes' figures; at most 20,000.
 fn bw_iters(size: usize) -> usize {
-    ((256usize << 20) / size.max(1)).clamp(200, 20_000)
+    ((256usize << 20) / size.max(1)).clamp(1024, 20_000)
 }
 
 fn lat_iters(size: usize) -> usize {
