@@ -1,6 +1,6 @@
 //! Payload carried by reference between devices of one NIC.
 //!
-//! An RC packet for a device of the same NIC ([`super::tx::Icrc::Internal`])
+//! An RC request for a device of the same NIC ([`super::tx::Icrc::InternalByReference`])
 //! need not carry its payload's bytes: the datagram holds its headers and
 //! ICRC field, and a [`DmaSource`] names the range of the sender's
 //! registered region the payload is in. The receiving device copies that
@@ -42,7 +42,7 @@ pub const MIN_BY_REFERENCE: usize = 1024;
 /// Zeros that stand in for a payload held by reference while the packet
 /// passes the responder's checks, which look at its length only; the
 /// steps that place a payload take the bytes from the [`DmaSource`]
-/// ([`Ctx::payload_source`](super::Ctx::payload_source)).
+/// ([`Ctx::body`](super::Ctx::body)).
 static STAND_IN: [u8; super::INTERNAL_UNIT] = [0; super::INTERNAL_UNIT];
 
 /// Whether the requests a QP has sent still stand: true until its send
