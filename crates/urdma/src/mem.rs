@@ -385,6 +385,11 @@ impl MemRegion {
         Ok(())
     }
 
+    /// Whether the region is still registered (not invalidated).
+    pub fn is_valid(&self) -> bool {
+        self.valid.load(Ordering::Acquire)
+    }
+
     /// Whether the region is memory this process addresses directly (not
     /// memory of another process or of the kernel, each access of which
     /// is a system call).
@@ -426,19 +431,11 @@ impl MemRegion {
         dst_offset: usize,
         len: usize,
     ) -> Result<(), MemError> {
-        if std::ptr::eq(src, dst) {
-            let _guard = dst.lock.write().unwrap_or_else(|e| e.into_inner());
-            src.check(offset, len)?;
-            dst.check(dst_offset, len)?;
-            if offset == dst_offset {
-                // The bytes are where they are to go.
-                return Ok(());
-            }
-            return Self::copy_locked(src, offset, dst, dst_offset, len);
-        }
-        let src_first = (src as *const MemRegion) < (dst as *const MemRegion);
+        let same = std::ptr::eq(src, dst);
         let (_read, _write);
-        if src_first {
+        if same {
+            _write = dst.lock.write().unwrap_or_else(|e| e.into_inner());
+        } else if (src as *const MemRegion) < (dst as *const MemRegion) {
             _read = src.lock.read().unwrap_or_else(|e| e.into_inner());
             _write = dst.lock.write().unwrap_or_else(|e| e.into_inner());
         } else {
@@ -447,18 +444,10 @@ impl MemRegion {
         }
         src.check(offset, len)?;
         dst.check(dst_offset, len)?;
-        Self::copy_locked(src, offset, dst, dst_offset, len)
-    }
-
-    /// [`MemRegion::copy_between`] with both locks held and both ranges
-    /// checked.
-    fn copy_locked(
-        src: &MemRegion,
-        offset: usize,
-        dst: &MemRegion,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<(), MemError> {
+        if same && offset == dst_offset {
+            // The bytes are where they are to go.
+            return Ok(());
+        }
         if dst.is_mapped() {
             // SAFETY: dst_offset + len <= dst.len was checked, dst is
             // mapped, and its write lock is held; read_locked allows the

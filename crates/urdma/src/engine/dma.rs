@@ -32,6 +32,7 @@
 
 use crate::mem::{MemError, MemRegion};
 use crate::mr::{scatter_from, LocalSge, MrEntry};
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -44,6 +45,22 @@ pub const MIN_BY_REFERENCE: usize = 1024;
 /// steps that place a payload take the bytes from the [`DmaSource`]
 /// ([`Ctx::body`](super::Ctx::body)).
 static STAND_IN: [u8; super::INTERNAL_UNIT] = [0; super::INTERNAL_UNIT];
+
+/// Whether a payload of `len` bytes may travel by reference: long enough
+/// to be worth it, no longer than the stand-in, a multiple of 4 bytes (no
+/// pad).
+fn payload_len_ok(len: usize) -> bool {
+    (MIN_BY_REFERENCE..=STAND_IN.len()).contains(&len) && len.is_multiple_of(4)
+}
+
+/// A datagram whole, for a capture: `data` itself, or a copy with the
+/// payload `source` holds put in (None if its region is gone).
+pub fn whole<'a>(data: &'a [u8], source: Option<&DmaSource>) -> Option<Cow<'a, [u8]>> {
+    match source {
+        None => Some(Cow::Borrowed(data)),
+        Some(src) => src.assemble(data).ok().map(Cow::Owned),
+    }
+}
 
 /// Whether the requests a QP has sent still stand: true until its send
 /// queue is flushed (ERR), reset or destroyed, when the work requests that
@@ -99,17 +116,7 @@ impl DmaSource {
     /// reference: long enough to be worth it, no longer than the stand-in,
     /// a multiple of 4 bytes (no pad) and in memory this process maps.
     pub fn new(mr: &Arc<MrEntry>, offset: usize, len: usize, live: &Liveness) -> Option<Self> {
-        let fits = offset.checked_add(len).is_some_and(|e| e <= mr.mem.len());
-        (fits
-            && (MIN_BY_REFERENCE..=STAND_IN.len()).contains(&len)
-            && len.is_multiple_of(4)
-            && mr.mem.is_mapped())
-        .then(|| DmaSource {
-            mr: mr.clone(),
-            offset,
-            len,
-            live: live.0.clone(),
-        })
+        Self::read_buffer(mr, offset, len, live).filter(|_| payload_len_ok(len))
     }
 
     /// The requester's buffer for the data of a READ request:
@@ -134,10 +141,7 @@ impl DmaSource {
     /// (within the limits of [`DmaSource::new`]).
     pub fn piece(&self, at: usize, len: usize) -> Option<Self> {
         let offset = self.offset.checked_add(at)?;
-        (at.checked_add(len)? <= self.len
-            && (MIN_BY_REFERENCE..=STAND_IN.len()).contains(&len)
-            && len.is_multiple_of(4))
-        .then(|| DmaSource {
+        (at.checked_add(len)? <= self.len && payload_len_ok(len)).then(|| DmaSource {
             mr: self.mr.clone(),
             offset,
             len,
@@ -161,21 +165,20 @@ impl DmaSource {
     }
 
     /// Whether the request that sent it still stands and the region is
-    /// still registered.
+    /// still registered (its bounds were checked when it was made).
     pub fn is_readable(&self) -> bool {
-        let mut probe = [0u8; 1];
-        self.live.load(Ordering::Acquire) && self.mr.mem.read(self.offset, &mut probe).is_ok()
+        self.live.load(Ordering::Acquire) && self.mr.mem.is_valid()
     }
 
     /// Zeros as long as the payload, for the checks that look at its
-    /// length only.
-    pub fn stand_in(&self) -> &'static [u8] {
-        &STAND_IN[..self.len]
+    /// length only; None for a range longer than any payload.
+    pub fn stand_in(&self) -> Option<&'static [u8]> {
+        STAND_IN.get(..self.len)
     }
 
     /// Whether `payload` is this source's stand-in.
     pub fn stands_for(&self, payload: &[u8]) -> bool {
-        std::ptr::eq(payload, self.stand_in())
+        self.stand_in().is_some_and(|s| std::ptr::eq(payload, s))
     }
 
     /// Copy the payload to `offset` of `dst`.
@@ -262,7 +265,7 @@ impl Body<'_> {
             Body::Bytes(b) => Ok((*b).into()),
             Body::Source(s) => {
                 let mut v = Vec::with_capacity(s.len);
-                s.mr.mem.read_into(s.offset, s.len, &mut v)?;
+                s.append_to(&mut v)?;
                 Ok(v.into_boxed_slice())
             }
         }
@@ -329,7 +332,7 @@ mod tests {
         mr.mem.write(1024, &data).unwrap();
         let live = Liveness::default();
         let src = DmaSource::new(&mr, 1024, 4096, &live).unwrap();
-        assert!(src.stands_for(src.stand_in()));
+        assert!(src.stands_for(src.stand_in().unwrap()));
         assert!(!src.stands_for(&data));
         let whole = src.assemble(&[1, 2, 3, 9, 9, 9, 9]).unwrap();
         assert_eq!(&whole[..3], &[1, 2, 3]);

@@ -91,10 +91,13 @@ impl Transmit {
         }
     }
 
-    /// Put the payload held by reference into `data`. On failure (the
+    /// Make the datagram one for anything but a device of this NIC: put
+    /// the payload held by reference into `data`, and forget a READ
+    /// buffer (only a device of this NIC fills one). On failure (the
     /// region was deregistered meanwhile) the datagram is to be dropped,
     /// as a link loses one.
     pub fn assemble(&mut self) -> Result<(), crate::mem::MemError> {
+        self.sink = None;
         if let Some(src) = self.source.take() {
             let whole = src.assemble(&self.data)?;
             crate::bufpool::give(std::mem::replace(&mut self.data, whole));
@@ -493,28 +496,10 @@ impl Engine {
         for d in batch {
             match (d.source, d.sink) {
                 (Some(source), _) => self.handle_by_reference(now, d.src, d.data, source),
-                (None, sink) => self.handle_one_internal(now, d.src, d.data, sink),
+                (None, sink) => self.handle_one(now, d.src, d.data, false, false, sink),
             }
         }
         self.end_batch(now);
-    }
-
-    /// Handle a whole datagram of internal loopback: an RC READ request
-    /// may name its requester's buffer (`sink`).
-    fn handle_one_internal(
-        &mut self,
-        now: u64,
-        src: SocketAddr,
-        data: &[u8],
-        sink: Option<&dma::DmaSource>,
-    ) {
-        if urdma_wire::cnp::is_cnp(data) || sink.is_none() {
-            return self.handle_one(now, src, data, false, false);
-        }
-        match urdma_wire::parse_unchecked(data) {
-            Ok(pkt) => self.handle_packet(now, src, &pkt, data.len(), false, (None, sink)),
-            Err(e) => self.count_malformed(&e, src, "packet"),
-        }
     }
 
     fn handle_batch_checked<'d>(
@@ -525,7 +510,7 @@ impl Engine {
     ) {
         self.batching = true;
         for (src, data, ce) in batch {
-            self.handle_one(now, src, data, check_icrc, ce);
+            self.handle_one(now, src, data, check_icrc, ce, None);
         }
         self.end_batch(now);
     }
@@ -562,9 +547,9 @@ impl Engine {
             let info = p.repr.bth.opcode.info();
             info.transport == urdma_wire::Transport::Rc && info.has_payload && p.payload.is_empty()
         });
-        match by_reference {
-            Some(mut pkt) => {
-                pkt.payload = source.stand_in();
+        match by_reference.zip(source.stand_in()) {
+            Some((mut pkt, stand_in)) => {
+                pkt.payload = stand_in;
                 self.handle_packet(
                     now,
                     src,
@@ -576,7 +561,7 @@ impl Engine {
             }
             None => match source.assemble(data) {
                 Ok(whole) => {
-                    self.handle_one(now, src, &whole, false, false);
+                    self.handle_one(now, src, &whole, false, false, None);
                     crate::bufpool::give(whole);
                 }
                 Err(_) => self.counters.add(Counter::Dropped, 1),
@@ -601,10 +586,21 @@ impl Engine {
 
     /// Process one received datagram from `src`.
     pub fn handle_datagram(&mut self, now: u64, src: SocketAddr, data: &[u8]) {
-        self.handle_one(now, src, data, true, false);
+        self.handle_one(now, src, data, true, false, None);
     }
 
-    fn handle_one(&mut self, now: u64, src: SocketAddr, data: &[u8], check_icrc: bool, ce: bool) {
+    /// Handle one datagram from `src`, its ICRC checked if `check_icrc`,
+    /// congestion experienced if `ce`; `sink` is the requester's buffer of
+    /// an RC READ request from a device of this NIC ([`dma`]).
+    fn handle_one(
+        &mut self,
+        now: u64,
+        src: SocketAddr,
+        data: &[u8],
+        check_icrc: bool,
+        ce: bool,
+        sink: Option<&dma::DmaSource>,
+    ) {
         let ctx = IcrcContext {
             src,
             dst: self.local,
@@ -623,7 +619,7 @@ impl Engine {
             Ok(p) => p,
             Err(e) => return self.count_malformed(&e, src, "packet"),
         };
-        self.handle_packet(now, src, &pkt, data.len(), ce, (None, None));
+        self.handle_packet(now, src, &pkt, data.len(), ce, (None, sink));
     }
 
     /// Handle a parsed packet of `len` bytes from `src`, whose payload

@@ -111,15 +111,6 @@ impl Handed {
     pub fn len(&self) -> usize {
         self.data.len() + self.source.as_ref().map_or(0, DmaSource::len)
     }
-
-    /// The whole datagram, for a capture: `data` itself, or a copy with
-    /// the payload put in (None if its region is gone).
-    pub fn whole(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
-        match &self.source {
-            None => Some(std::borrow::Cow::Borrowed(&self.data)),
-            Some(src) => src.assemble(&self.data).ok().map(std::borrow::Cow::Owned),
-        }
-    }
 }
 
 impl From<Vec<u8>> for Handed {
@@ -226,10 +217,6 @@ impl Routed {
         let mut routes: SmallVec<[Option<usize>; 8]> = SmallVec::with_capacity(out.len());
         out.retain_mut(|t| {
             let r = route(t);
-            if r.is_none() {
-                // Only a device of this NIC fills a READ's buffer.
-                t.sink = None;
-            }
             if r.is_none() && t.assemble().is_err() {
                 tracing::debug!(dst = %t.dst, "payload of a datagram no longer readable");
                 return false;

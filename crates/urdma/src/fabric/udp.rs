@@ -8,6 +8,7 @@ use super::events::EventQueue;
 use super::loopback::{Handed, Inbox, Routed};
 use super::stats;
 use crate::engine::command::Request;
+use crate::engine::dma::whole;
 use crate::engine::{Counter, Engine, GsiDatagram};
 use crate::types::AsyncEvent;
 use std::net::{SocketAddr, UdpSocket};
@@ -253,13 +254,8 @@ impl UdpDriver {
             for (t, internal) in routed.all() {
                 if !internal {
                     cap.record(self.local, t.dst, &t.data);
-                } else if let Some(src) = &t.source {
-                    if let Ok(whole) = src.assemble(&t.data) {
-                        cap.record_internal(self.local, t.dst, &whole);
-                        crate::bufpool::give(whole);
-                    }
-                } else {
-                    cap.record_internal(self.local, t.dst, &t.data);
+                } else if let Some(whole) = whole(&t.data, t.source.as_ref()) {
+                    cap.record_internal(self.local, t.dst, &whole);
                 }
             }
             cap.flush();
@@ -429,7 +425,7 @@ impl UdpDriver {
     fn handle_internal(&self, eng: &mut Engine, now: u64, internal: &[(SocketAddr, Handed)]) {
         self.each_capture(|cap| {
             for (src, d) in internal {
-                if let Some(whole) = d.whole() {
+                if let Some(whole) = whole(&d.data, d.source.as_ref()) {
                     cap.record_internal(*src, self.local, &whole);
                 }
             }

@@ -4,9 +4,9 @@
 //! them ([`Engine::handle_internal_batch`]).
 
 use super::{opts, pattern, Node, Pair, A, B, MR_LEN};
-use crate::engine::command::{ModifyQp, PostSend};
+use crate::engine::command::ModifyQp;
 use crate::engine::dma::Delivered;
-use crate::engine::{Counter, Engine, SendData, SendOp, SendRequest, Transmit, INTERNAL_UNIT};
+use crate::engine::{Counter, Engine, SendOp, Transmit, INTERNAL_UNIT};
 use crate::types::{QpAttrMask, QpState, QpType, WcOpcode, WcStatus};
 use crate::verbs::QpAttr;
 use std::sync::Arc;
@@ -46,6 +46,11 @@ fn hand_over(p: &mut Pair, from: usize) -> bool {
     t.source.is_some()
 }
 
+/// `(wr_id, status, opcode)` of the completions on A's send queue.
+fn a_sent(p: &Pair) -> Vec<(u64, WcStatus, WcOpcode)> {
+    super::wc_summary(&p.n[A].send_wcs())
+}
+
 /// A device counter of engine `e`.
 fn device_count(e: &Engine, c: Counter) -> u64 {
     e.counters()[c]
@@ -66,11 +71,7 @@ fn an_rc_write_is_copied_from_the_senders_region() {
     assert!(hand_over(&mut p, A), "the payload stayed in A's region");
     assert_eq!(p.n[B].read(4096, data.len()), data);
     assert!(!hand_over(&mut p, B), "an ACK has no payload");
-    let wcs = p.n[A].send_wcs();
-    assert_eq!(
-        super::wc_summary(&wcs),
-        [(1, WcStatus::Success, WcOpcode::RdmaWrite)]
-    );
+    assert_eq!(a_sent(&p), [(1, WcStatus::Success, WcOpcode::RdmaWrite)]);
 }
 
 /// A SEND by reference lands in the receive WQE it consumes.
@@ -123,9 +124,8 @@ fn read_data_is_placed_in_the_reads_turn() {
         hand_over(&mut p, B);
     }
     assert!(p.n[A].read(0, len) == before);
-    let wcs = p.n[A].send_wcs();
     assert_eq!(
-        super::wc_summary(&wcs),
+        a_sent(&p),
         [
             (1, WcStatus::Success, WcOpcode::RdmaRead),
             (2, WcStatus::Success, WcOpcode::RdmaWrite)
@@ -150,11 +150,7 @@ fn a_read_of_two_pieces_is_placed_whole() {
     );
     assert!(hand_over(&mut p, B));
     assert!(hand_over(&mut p, B));
-    let wcs = p.n[A].send_wcs();
-    assert_eq!(
-        super::wc_summary(&wcs),
-        [(1, WcStatus::Success, WcOpcode::RdmaRead)]
-    );
+    assert_eq!(a_sent(&p), [(1, WcStatus::Success, WcOpcode::RdmaRead)]);
 }
 
 /// A READ whose buffer at the requester spans two scatter elements gets
@@ -164,21 +160,8 @@ fn a_read_into_two_buffers_gets_its_bytes_in_the_responses() {
     let mut p = internal_pair(QpType::Rc);
     let data = pattern(8192, 8);
     p.n[B].write(0, &data);
-    let sges = vec![p.n[A].sge(0, 4096), p.n[A].sge(16384, 4096)];
-    let wr = SendRequest {
-        wr_id: 1,
-        op: SendOp::Read,
-        data: SendData::Sges(sges),
-        remote_va: p.n[B].va(0),
-        rkey: p.n[B].mr.rkey,
-        signaled: true,
-        solicited: false,
-        ud: None,
-        fence: false,
-    };
-    let qpn = p.n[A].qpn;
-    p.n[A].eng.call(0, PostSend { qpn, wr }).expect("post_send");
-    p.n[A].collect();
+    let at_b = (p.n[B].va(0), p.n[B].mr.rkey);
+    p.n[A].post_sgl(0, 1, SendOp::Read, &[(0, 4096), (16384, 4096)], at_b);
     assert!(p.n[A].out[0].sink.is_none());
     assert!(!hand_over(&mut p, A));
     assert!(!hand_over(&mut p, B), "the response carries its bytes");
@@ -223,8 +206,7 @@ fn a_payload_of_a_flushed_request_is_lost() {
         .eng
         .call(0, ModifyQp { qpn, attr, mask })
         .expect("modify");
-    let wcs = p.n[A].send_wcs();
-    assert_eq!(super::wc_summary(&wcs)[0].1, WcStatus::WrFlushErr);
+    assert_eq!(a_sent(&p)[0].1, WcStatus::WrFlushErr);
     p.n[A].write(0, &pattern(4096, 2));
     let before = device_count(&p.n[B].eng, Counter::Dropped);
     assert!(hand_over(&mut p, A));

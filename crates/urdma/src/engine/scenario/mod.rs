@@ -220,10 +220,23 @@ impl Node {
 
     /// Post a signaled `op` of the MR's bytes `(off, len)` to `(remote_va, rkey)`.
     pub fn post(&mut self, now: u64, wr_id: u64, op: SendOp, at: (usize, usize), to: (u64, u32)) {
+        self.post_sgl(now, wr_id, op, &[at], to);
+    }
+
+    /// As [`Node::post`], with a scatter/gather list of the MR's `(off,
+    /// len)` ranges.
+    pub fn post_sgl(
+        &mut self,
+        now: u64,
+        wr_id: u64,
+        op: SendOp,
+        ranges: &[(usize, usize)],
+        to: (u64, u32),
+    ) {
         let wr = SendRequest {
             wr_id,
             op,
-            data: SendData::Sges(vec![self.sge(at.0, at.1)]),
+            data: SendData::Sges(ranges.iter().map(|&(o, l)| self.sge(o, l)).collect()),
             remote_va: to.0,
             rkey: to.1,
             signaled: true,
