@@ -53,6 +53,13 @@ impl Alarm {
         }
     }
 
+    /// Stop the timer (a deadline that is gone).
+    pub fn stop_timer(&self) {
+        if let Err(e) = self.timer.unset() {
+            tracing::debug!(error = %e, "cannot stop the receive thread's timer");
+        }
+    }
+
     /// The descriptors to wait on beside the socket.
     pub fn fds(&self) -> [RawFd; 2] {
         [
@@ -86,6 +93,17 @@ mod tests {
         assert_eq!(wait_any(&fds, Some(Duration::ZERO)).unwrap(), 0b01);
         a.clear();
         assert_eq!(wait_any(&fds, Some(Duration::ZERO)).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_stopped_timer_does_not_fire() {
+        let a = Alarm::new().unwrap();
+        a.wake_after(Duration::from_millis(1));
+        a.stop_timer();
+        assert_eq!(
+            wait_any(&a.fds(), Some(Duration::from_millis(50))).unwrap(),
+            0
+        );
     }
 
     #[test]

@@ -8,3 +8,6 @@ pub mod loopback;
 pub mod sim;
 pub mod stats;
 pub mod udp;
+
+#[cfg(test)]
+mod timer_tests;

@@ -36,8 +36,15 @@ pub struct UdpDriver {
     local: SocketAddr,
     epoch: Instant,
     shutdown: AtomicBool,
-    /// Deadline (ns) the receive thread sleeps until; u64::MAX = no deadline.
+    /// Deadline (ns) the receive thread sleeps until; u64::MAX = no
+    /// deadline, 0 = awake.
     sleeping_until: AtomicU64,
+    /// Deadline (ns) the receive thread's own sleep ends at (its wait's
+    /// timeout; u64::MAX = none). A timer set nearer than that by another
+    /// thread can be taken back once its deadline is gone.
+    own_wake: AtomicU64,
+    /// Times the receive thread slept in the kernel and woke.
+    rx_wakeups: AtomicU64,
     events: EventQueue,
     cm_events: EventQueue<crate::cm::CmEvent>,
     /// Captures attached besides the process's own (drivers of the shared NIC).
@@ -156,6 +163,8 @@ impl UdpDriver {
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
             sleeping_until: AtomicU64::new(u64::MAX),
+            own_wake: AtomicU64::new(u64::MAX),
+            rx_wakeups: AtomicU64::new(0),
             events: EventQueue::default(),
             cm_events: EventQueue::default(),
             captures: Mutex::new(Vec::new()),
@@ -218,18 +227,29 @@ impl UdpDriver {
         // (a ring to look at again) wakes the thread at once; a later one
         // sets the thread's timer when this flush ends, once the datagrams
         // are on their way (a system call a message need not wait for).
-        let nearer = eng
-            .next_deadline()
-            .filter(|&d| d < self.sleeping_until.load(Ordering::Acquire));
+        let deadline = eng.next_deadline();
+        let armed = self.sleeping_until.load(Ordering::Acquire);
+        let nearer = deadline.filter(|&d| d < armed);
         if let Some(d) = nearer {
             self.sleeping_until.store(d, Ordering::Release);
+        }
+        // A timer set for a deadline that is gone (a message's timers,
+        // stopped by its acknowledgement) would wake the sleeping thread
+        // for nothing, a context switch per message of a ping-pong: it is
+        // taken back, and the thread sleeps until its own deadline.
+        let own = self.own_wake.load(Ordering::Acquire);
+        let gone = deadline.is_none() && armed != 0 && armed < own;
+        if gone {
+            self.sleeping_until.store(own, Ordering::Release);
         }
         let _timer = match nearer {
             Some(d) if d <= now => {
                 self.alarm.wake();
                 TimerOnDrop(self, None)
             }
-            later => TimerOnDrop(self, later),
+            Some(later) => TimerOnDrop(self, Some(later)),
+            None if gone => TimerOnDrop(self, Some(own)),
+            None => TimerOnDrop(self, None),
         };
         if out.is_empty() {
             drop(eng);
@@ -312,11 +332,17 @@ impl UdpDriver {
     /// Set the receive thread's timer for deadline `d` (engine time),
     /// unless the thread no longer sleeps until `d`: a nearer deadline
     /// came since (whose flush sets the timer) or the thread woke and
-    /// times its own sleep.
+    /// times its own sleep. The deadline the thread's own sleep ends at
+    /// needs no timer: it is stopped instead.
     fn arm_alarm(&self, d: Option<u64>) {
         let Some(d) = d else { return };
         let _arming = self.arming.lock().unwrap_or_else(|e| e.into_inner());
-        if self.sleeping_until.load(Ordering::Acquire) == d {
+        if self.sleeping_until.load(Ordering::Acquire) != d {
+            return;
+        }
+        if d == self.own_wake.load(Ordering::Acquire) {
+            self.alarm.stop_timer();
+        } else {
             let after = d.saturating_sub(self.now());
             self.alarm.wake_after(Duration::from_nanos(after));
         }
@@ -513,6 +539,12 @@ impl UdpDriver {
         self.wake();
     }
 
+    /// Times the receive thread slept in the kernel and woke since the
+    /// device opened.
+    pub fn rx_wakeups(&self) -> u64 {
+        self.rx_wakeups.load(Ordering::Relaxed)
+    }
+
     /// Whether [`UdpDriver::stop`] was called.
     pub(crate) fn is_stopped(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
@@ -563,7 +595,9 @@ impl UdpDriver {
             readable(Some(Duration::ZERO))
         } else {
             let rest = end.map(|e| e.saturating_duration_since(Instant::now()));
-            readable(rest)
+            let r = readable(rest);
+            self.rx_wakeups.fetch_add(1, Ordering::Relaxed);
+            r
         };
         self.parked.store(false, Ordering::SeqCst);
         Ok(r? == Some(true))
@@ -608,6 +642,7 @@ impl UdpDriver {
                     }
                 }
                 self.sleeping_until.store(d, Ordering::Release);
+                self.own_wake.store(d, Ordering::Release);
                 let timeout = match d {
                     u64::MAX => None,
                     d => Some(Duration::from_nanos(d.saturating_sub(self.now()).max(1000))),
