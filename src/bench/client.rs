@@ -2,7 +2,7 @@
 
 use super::proto::{Channel, Msg, TestKind};
 use super::report::{self, BwRow, LatRow, Report};
-use super::session::{reap, reap_polling, wait_stamp, Params, Session};
+use super::session::{reap_polling, reap_spinning, wait_stamp, Params, Session};
 use super::stats::{self, Latency};
 use super::{tcp, Op};
 use anyhow::{bail, Result};
@@ -254,7 +254,7 @@ impl Client {
                 s.qp.post_send(if signaled { w } else { w.unsignaled() })?;
                 posted += 1;
             }
-            for wc in reap(&s.scq, self.depth)? {
+            for wc in reap_spinning(&s.scq, self.depth)? {
                 done = done.max(wc.wr_id as usize + 1);
             }
         }

@@ -160,6 +160,17 @@ fn spin_for<T>(what: &str, mut look: impl FnMut() -> Result<Option<T>>) -> Resul
     }
 }
 
+/// Poll `cq` until completions come (up to `max`), as perftest's
+/// bandwidth tests do, and insist that they succeeded.
+pub fn reap_spinning(cq: &Cq, max: usize) -> Result<Vec<WorkCompletion>> {
+    let wcs = spin_for("completion", || {
+        let v = cq.poll(max)?;
+        Ok((!v.is_empty()).then_some(v))
+    })?;
+    wcs.iter().try_for_each(succeeded)?;
+    Ok(wcs)
+}
+
 /// Poll `cq` until a completion comes, as perftest's latency tests do
 /// (no sleep and wake-up between), and insist that it succeeded.
 pub fn reap_polling(cq: &Cq) -> Result<WorkCompletion> {
