@@ -2,7 +2,7 @@
 
 use super::proto::{Channel, Msg, TestKind};
 use super::report::{self, BwRow, LatRow, Report};
-use super::session::{reap_polling, reap_spinning, wait_stamp, Params, Session};
+use super::session::{reap, reap_polling, reap_spinning, wait_stamp, Params, Session};
 use super::stats::{self, Latency};
 use super::{tcp, Op};
 use anyhow::{bail, Result};
@@ -254,7 +254,16 @@ impl Client {
                 s.qp.post_send(if signaled { w } else { w.unsignaled() })?;
                 posted += 1;
             }
-            for wc in reap_spinning(&s.scq, self.depth)? {
+            // WRITEs and READs leave the server idle: the client polls its
+            // CQ, as perftest does. A SEND's server takes each message
+            // from its receive queue; on a machine of two CPUs a spinning
+            // client would starve it of the CPU it needs to post more
+            // receives (RNR NAKs), so the client sleeps on its CQ.
+            let wcs = match kind {
+                TestKind::SendBw => reap(&s.scq, self.depth)?,
+                _ => reap_spinning(&s.scq, self.depth)?,
+            };
+            for wc in wcs {
                 done = done.max(wc.wr_id as usize + 1);
             }
         }
