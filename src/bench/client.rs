@@ -2,7 +2,7 @@
 
 use super::proto::{Channel, Msg, TestKind};
 use super::report::{self, BwRow, LatRow, Report};
-use super::session::{reap, reap_polling, reap_spinning, wait_stamp, Params, Session};
+use super::session::{reap_adaptive, reap_polling, reap_spinning, wait_stamp, Params, Session};
 use super::stats::{self, Latency};
 use super::{tcp, Op};
 use anyhow::{bail, Result};
@@ -256,11 +256,12 @@ impl Client {
             }
             // WRITEs and READs leave the server idle: the client polls its
             // CQ, as perftest does. A SEND's server takes each message
-            // from its receive queue; on a machine of two CPUs a spinning
-            // client would starve it of the CPU it needs to post more
-            // receives (RNR NAKs), so the client sleeps on its CQ.
+            // from its receive queue; on a machine of two CPUs a client
+            // that only spins would starve it of the CPU it needs to post
+            // more receives (RNR NAKs), so the client sleeps on its CQ
+            // once a short poll found nothing.
             let wcs = match kind {
-                TestKind::SendBw => reap(&s.scq, self.depth)?,
+                TestKind::SendBw => reap_adaptive(&s.scq, self.depth)?,
                 _ => reap_spinning(&s.scq, self.depth)?,
             };
             for wc in wcs {

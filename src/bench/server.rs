@@ -1,7 +1,7 @@
 //! The passive side of `urdma bench`.
 
 use super::proto::{Channel, Msg, TestKind};
-use super::session::{reap, reap_polling, wait_stamp, Params, Session};
+use super::session::{reap_adaptive, reap_polling, wait_stamp, Params, Session};
 use super::tcp;
 use anyhow::{bail, Result};
 use std::net::{TcpListener, TcpStream};
@@ -70,7 +70,7 @@ fn run_test(
             let mut posted = window;
             let mut got = 0;
             while got < iters {
-                let n = reap(&s.rcq, 64)?.len();
+                let n = reap_adaptive(&s.rcq, 64)?.len();
                 got += n;
                 for _ in 0..n {
                     if posted < iters {

@@ -160,6 +160,26 @@ fn spin_for<T>(what: &str, mut look: impl FnMut() -> Result<Option<T>>) -> Resul
     }
 }
 
+/// Poll `cq` for up to [`POLL_BEFORE_SLEEP`], then sleep on it until
+/// completions come (up to `max`); insist that they succeeded.
+pub fn reap_adaptive(cq: &Cq, max: usize) -> Result<Vec<WorkCompletion>> {
+    let until = std::time::Instant::now() + POLL_BEFORE_SLEEP;
+    loop {
+        let v = cq.poll(max)?;
+        if !v.is_empty() {
+            v.iter().try_for_each(succeeded)?;
+            return Ok(v);
+        }
+        if std::time::Instant::now() >= until {
+            return reap(cq, max);
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// How long [`reap_adaptive`] polls before it sleeps.
+const POLL_BEFORE_SLEEP: Duration = Duration::from_micros(50);
+
 /// Poll `cq` until completions come (up to `max`), as perftest's
 /// bandwidth tests do, and insist that they succeeded.
 pub fn reap_spinning(cq: &Cq, max: usize) -> Result<Vec<WorkCompletion>> {
