@@ -128,7 +128,7 @@ impl Session {
 }
 
 /// Wait for up to `max` completions on `cq` and insist that all succeeded.
-pub fn reap(cq: &Cq, max: usize) -> Result<Vec<WorkCompletion>> {
+fn reap(cq: &Cq, max: usize) -> Result<Vec<WorkCompletion>> {
     let wcs = cq
         .wait(max, Some(WAIT))
         .context("waiting for completions")?;
@@ -194,9 +194,7 @@ pub fn reap_spinning(cq: &Cq, max: usize) -> Result<Vec<WorkCompletion>> {
 /// Poll `cq` until a completion comes, as perftest's latency tests do
 /// (no sleep and wake-up between), and insist that it succeeded.
 pub fn reap_polling(cq: &Cq) -> Result<WorkCompletion> {
-    let wc = spin_for("completion", || Ok(cq.poll(1)?.pop()))?;
-    succeeded(&wc)?;
-    Ok(wc)
+    Ok(reap_spinning(cq, 1)?.remove(0))
 }
 
 /// Spin until byte `off` of `mr` equals `stamp`.

@@ -230,26 +230,22 @@ impl UdpDriver {
         let deadline = eng.next_deadline();
         let armed = self.sleeping_until.load(Ordering::Acquire);
         let nearer = deadline.filter(|&d| d < armed);
-        if let Some(d) = nearer {
-            self.sleeping_until.store(d, Ordering::Release);
-        }
         // A timer set for a deadline that is gone (a message's timers,
         // stopped by its acknowledgement) would wake the sleeping thread
         // for nothing, a context switch per message of a ping-pong: it is
         // taken back, and the thread sleeps until its own deadline.
         let own = self.own_wake.load(Ordering::Acquire);
         let gone = deadline.is_none() && armed != 0 && armed < own;
-        if gone {
-            self.sleeping_until.store(own, Ordering::Release);
+        let retimed = nearer.or(gone.then_some(own));
+        if let Some(d) = retimed {
+            self.sleeping_until.store(d, Ordering::Release);
         }
         let _timer = match nearer {
             Some(d) if d <= now => {
                 self.alarm.wake();
                 TimerOnDrop(self, None)
             }
-            Some(later) => TimerOnDrop(self, Some(later)),
-            None if gone => TimerOnDrop(self, Some(own)),
-            None => TimerOnDrop(self, None),
+            _ => TimerOnDrop(self, retimed),
         };
         if out.is_empty() {
             drop(eng);
