@@ -41,6 +41,7 @@ pub mod fabric;
 pub mod mem;
 pub mod mr;
 pub mod nic;
+pub mod procmem;
 pub mod rng;
 pub mod shm;
 pub mod types;

@@ -6,18 +6,19 @@
 //! foreign (memory of a C caller, registered by address and length), or
 //! memory of another process: the NIC agent reaches a client's registered
 //! memory through the client's own `/proc/self/mem`, which the client opens
-//! and hands over when it connects (see [`MemRegion::in_process`]), or
+//! and hands over when it connects, and reads it with one copy where the
+//! system allows (see [`MemRegion::in_process`], [`ProcessMemory`]), or
 //! shared memory both map ([`MemRegion::allocate_shared`]). Within one
 //! process, access from the engine and from the safe API is serialised by
 //! a lock, so a safe Rust program on a NIC inside it never observes a torn
 //! copy; across processes (the NIC agent writing a region the program
 //! reads) only the bytes are shared, as with a hardware NIC's DMA.
 
+use crate::procmem::ProcessMemory;
 use std::alloc::{self, Layout};
 use std::fs::File;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -51,11 +52,10 @@ pub enum MemError {
     Unreachable,
 }
 
-/// Memory of another process, reached through a file descriptor of its
-/// `/proc/PID/mem` that the process opened itself.
+/// Memory of another process ([`ProcessMemory`]).
 #[derive(Debug)]
 struct ProcessMem {
-    mem: Arc<File>,
+    mem: Arc<ProcessMemory>,
     /// Address of the first byte in that process.
     base: u64,
 }
@@ -108,31 +108,6 @@ impl KernelMem {
         }
         Ok(())
     }
-}
-
-/// Read `len` bytes at `offset` of `file` into `buf`, as many `pread`s as
-/// it takes.
-fn pread_all(file: &File, buf: *mut u8, len: usize, offset: u64) -> Result<(), MemError> {
-    let mut done = 0;
-    while done < len {
-        // SAFETY: buf is valid for writes of len bytes (the caller's
-        // buffer), and done < len.
-        let n = unsafe {
-            libc::pread(
-                file.as_raw_fd(),
-                buf.add(done).cast(),
-                len - done,
-                (offset + done as u64) as libc::off_t,
-            )
-        };
-        match n {
-            n if n > 0 => done += n as usize,
-            n if n < 0
-                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
-            _ => return Err(MemError::Unreachable),
-        }
-    }
-    Ok(())
 }
 
 /// A contiguous range of memory that the engine may read and write.
@@ -197,11 +172,11 @@ impl MemRegion {
     }
 
     /// Memory of another process: `len` bytes at `base` in the process
-    /// whose memory file `mem` is (its `/proc/PID/mem`, opened read-write by
-    /// that process and passed over). Every access is a positioned read or
-    /// write of that file, bounds-checked against `len` first; once the
-    /// process has ended, accesses fail with [`MemError::Unreachable`].
-    pub fn in_process(mem: Arc<File>, base: u64, len: usize) -> Option<Self> {
+    /// `mem` reaches (its `/proc/PID/mem`, opened read-write by that
+    /// process and passed over, see [`ProcessMemory`]). Every access is
+    /// bounds-checked against `len` first; once the process has ended or
+    /// `exec`ed, accesses fail with [`MemError::Unreachable`].
+    pub fn in_process(mem: Arc<ProcessMemory>, base: u64, len: usize) -> Option<Self> {
         base.checked_add(len as u64)?;
         let mut r = Self::with_ptr(NonNull::dangling(), len, false);
         r.process = Some(ProcessMem { mem, base });
@@ -304,11 +279,12 @@ impl MemRegion {
     }
 
     /// Whether reading many bytes at once is worth a copy more: memory
-    /// of another process, where each access is a system call that makes
-    /// the kernel allocate (and, built so, zero) a page
-    /// ([`crate::config::stage_reads`]).
+    /// of another process read through its memory file, where each access
+    /// is a system call that makes the kernel allocate (and, built so,
+    /// zero) a page ([`crate::config::stage_reads`]); the cross-memory
+    /// reads allocate none.
     pub fn prefers_large_reads(&self) -> bool {
-        self.process.is_some() && crate::config::stage_reads()
+        self.process.as_ref().is_some_and(|p| !p.mem.is_direct()) && crate::config::stage_reads()
     }
 
     /// Copy `dst.len()` bytes starting at `offset` out of the region.
@@ -339,7 +315,10 @@ impl MemRegion {
             return Ok(());
         }
         if let Some(p) = &self.process {
-            return pread_all(&p.mem, buf, len, p.base + offset as u64);
+            // SAFETY: buf is valid for writes of len bytes (the caller's
+            // promise).
+            return unsafe { p.mem.read(p.base + offset as u64, buf, len) }
+                .map_err(|()| MemError::Unreachable);
         }
         if let Some(k) = &self.kernel {
             return k.access(offset, buf, len, false);
@@ -372,8 +351,8 @@ impl MemRegion {
             let src = unsafe { std::slice::from_raw_parts(buf, len) };
             return p
                 .mem
-                .write_all_at(src, p.base + offset as u64)
-                .map_err(|_| MemError::Unreachable);
+                .write(p.base + offset as u64, src)
+                .map_err(|()| MemError::Unreachable);
         }
         if let Some(k) = &self.kernel {
             // The kernel only reads from the buffer.
@@ -532,13 +511,12 @@ impl MemRegion {
             return Err(MemError::Misaligned);
         }
         let mut b = [0u8; 8];
-        p.mem
-            .read_exact_at(&mut b, at)
-            .map_err(|_| MemError::Unreachable)?;
+        // SAFETY: b is a live buffer of 8 bytes.
+        unsafe { p.mem.read(at, b.as_mut_ptr(), 8) }.map_err(|()| MemError::Unreachable)?;
         let old = u64::from_ne_bytes(b);
         p.mem
-            .write_all_at(&f(old).to_ne_bytes(), at)
-            .map_err(|_| MemError::Unreachable)?;
+            .write(at, &f(old).to_ne_bytes())
+            .map_err(|()| MemError::Unreachable)?;
         Ok(old)
     }
 }
@@ -602,7 +580,7 @@ mod tests {
             .open("/proc/self/mem")
             .unwrap();
         let base = buf.as_mut_ptr() as u64;
-        let m = MemRegion::in_process(Arc::new(file), base, 32).unwrap();
+        let m = MemRegion::in_process(Arc::new(ProcessMemory::file_only(file)), base, 32).unwrap();
         m.write(8, b"remote").unwrap();
         let mut b = [0u8; 6];
         m.read(8, &mut b).unwrap();
@@ -616,7 +594,12 @@ mod tests {
         m.invalidate();
         assert_eq!(m.read(0, &mut b), Err(MemError::Invalid));
         assert_eq!(&std::hint::black_box(&buf)[8..14], b"remote");
-        assert!(MemRegion::in_process(Arc::new(tempfile_like()), u64::MAX, 2).is_none());
+        assert!(MemRegion::in_process(
+            Arc::new(ProcessMemory::file_only(tempfile_like())),
+            u64::MAX,
+            2
+        )
+        .is_none());
     }
 
     #[test]
@@ -633,23 +616,36 @@ mod tests {
         let mut all = [0u8; 13];
         a.read(0, &mut all).unwrap();
         assert_eq!(&all, b"0120123456789");
-        // Memory of a process on either side, and on both.
+        // Memory of a process on either side, and on both (this process,
+        // reached as the agent reaches a driver's).
         let mut buf = vec![0u8; 64];
-        let file = Arc::new(
+        let file = Arc::new(ProcessMemory::new(
             std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
                 .open("/proc/self/mem")
                 .unwrap(),
-        );
+            Some(std::process::id()),
+            crate::procmem::Sentinel::of_this_process(),
+        ));
         let p = MemRegion::in_process(file.clone(), buf.as_mut_ptr() as u64, 32).unwrap();
-        let q = MemRegion::in_process(file, buf.as_mut_ptr() as u64 + 32, 32).unwrap();
+        let q = MemRegion::in_process(file.clone(), buf.as_mut_ptr() as u64 + 32, 32).unwrap();
         MemRegion::copy_between(&a, 3, &p, 1, 4).unwrap();
         MemRegion::copy_between(&p, 1, &q, 0, 4).unwrap();
         MemRegion::copy_between(&q, 0, &b, 40, 4).unwrap();
         b.read(40, &mut got[..4]).unwrap();
         assert_eq!(&got[..4], b"0123");
         assert_eq!(&std::hint::black_box(&buf)[32..36], b"0123");
+        // Long enough for the cross-memory read.
+        let n = crate::procmem::DIRECT_MIN;
+        let mut big: Vec<u8> = (0..2 * n).map(|i| (i % 251) as u8).collect();
+        let from = MemRegion::in_process(file.clone(), big.as_mut_ptr() as u64, n).unwrap();
+        let to =
+            MemRegion::in_process(file.clone(), big.as_mut_ptr() as u64 + n as u64, n).unwrap();
+        MemRegion::copy_between(&from, 0, &to, 0, n).unwrap();
+        let big = std::hint::black_box(&big);
+        assert_eq!(big[..n], big[n..]);
+        assert_eq!(file.direct_bytes(), n as u64);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use super::session::{EventSink, Session};
 use crate::api::{Device, DeviceConfig};
 use crate::error::{Error, Result};
 use crate::fabric::stats::ProcessStats;
+use crate::procmem::ProcessMemory;
 use crate::types::{AsyncEvent, AsyncEventKind};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -412,7 +413,7 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         };
         match req {
-            Request::Hello { version } if version == proto::VERSION && fds.len() == 2 => {
+            Request::Hello { version, sentinel } if version == proto::VERSION && fds.len() == 2 => {
                 let events = fds.pop().expect("two descriptors");
                 let mem = fds.pop().expect("two descriptors");
                 if !channel::is_proc_file(&mem) {
@@ -421,16 +422,16 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
                         "the memory descriptor is not a process's memory file",
                     ));
                 }
-                Ok((std::fs::File::from(mem), events))
+                Ok((std::fs::File::from(mem), events, sentinel))
             }
-            Request::Hello { version } => Err(std::io::Error::new(
+            Request::Hello { version, .. } => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!("driver protocol {version}, agent {}", proto::VERSION),
             )),
             _ => Err(std::io::ErrorKind::InvalidData.into()),
         }
     });
-    let (mem, events) = match hello {
+    let (mem, events, sentinel) = match hello {
         Ok(h) => h,
         Err(e) => {
             let answer: proto::Response = Err(proto::WireError::from(&Error::Io(e)));
@@ -449,7 +450,13 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
     let mut open = OpenSession {
         nic,
-        session: Session::new(id, pid, uid, mem, events),
+        session: Session::new(
+            id,
+            pid,
+            uid,
+            ProcessMemory::new(mem, Some(pid), sentinel),
+            events,
+        ),
     };
     let session = &mut open.session;
     tracing::debug!(pid, "session opened");

@@ -119,6 +119,7 @@ impl AgentLink {
             .open("/proc/self/mem")?;
         let hello = proto::encode(&Request::Hello {
             version: proto::VERSION,
+            sentinel: crate::procmem::Sentinel::of_this_process(),
         })?;
         channel::send(&fd, &hello, &[mem.as_raw_fd(), events_theirs.as_raw_fd()])?;
         drop((mem, events_theirs));

@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Protocol version; a driver and an agent of different versions refuse
 /// each other at [`Request::Hello`].
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 256 << 10;
@@ -37,6 +37,9 @@ pub enum Request {
     Hello {
         /// [`VERSION`] of the driver.
         version: u32,
+        /// Random bytes the driver keeps, which the NIC's cross-memory
+        /// reads check ([`crate::procmem`]); None: reads take the file.
+        sentinel: Option<crate::procmem::Sentinel>,
     },
     /// Open (or share) the device on `addr`; answers [`Value::Device`].
     OpenDevice {

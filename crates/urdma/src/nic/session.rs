@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::fabric::stats::ProcessStats;
 use crate::mem::MemRegion;
 use crate::mr::MrEntry;
+use crate::procmem::ProcessMemory;
 use crate::types::QpAttrMask;
 use crate::verbs::QpCap;
 use crate::wq::{self, WorkRing};
@@ -65,7 +66,7 @@ pub struct Session {
     uid: u32,
     /// The process's command name.
     command: String,
-    mem: Arc<File>,
+    mem: Arc<ProcessMemory>,
     events: Arc<EventSink>,
     device: Option<Arc<AgentDevice>>,
     pds: HashSet<u32>,
@@ -92,9 +93,9 @@ fn not_found(what: &str, n: u32) -> Error {
 }
 
 impl Session {
-    /// A session of process `pid` of user `uid` with its memory file and
-    /// event socket.
-    pub fn new(id: u64, pid: u32, uid: u32, mem: File, events: OwnedFd) -> Self {
+    /// A session of process `pid` of user `uid` with its memory and event
+    /// socket.
+    pub fn new(id: u64, pid: u32, uid: u32, mem: ProcessMemory, events: OwnedFd) -> Self {
         let command = std::fs::read_to_string(format!("/proc/{pid}/comm"))
             .map(|s| s.trim_end().to_string())
             .unwrap_or_default();
