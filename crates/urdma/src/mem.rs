@@ -301,7 +301,8 @@ impl MemRegion {
         let _guard = self.lock.read().unwrap_or_else(|e| e.into_inner());
         self.check(offset, dst.len())?;
         // SAFETY: dst is a distinct Rust buffer valid for dst.len() bytes.
-        unsafe { self.read_locked(offset, dst.as_mut_ptr().cast::<u8>(), dst.len()) }
+        // dst is this process's own buffer.
+        unsafe { self.read_locked(offset, dst.as_mut_ptr().cast::<u8>(), dst.len(), true) }
     }
 
     /// Copy `len` bytes at `offset` of the region to `buf`.
@@ -310,14 +311,21 @@ impl MemRegion {
     /// The caller holds the region's lock and has checked `offset` and
     /// `len` ([`MemRegion::check`]); `buf` is valid for writes of `len`
     /// bytes and, for memory of this process, may overlap the region.
-    unsafe fn read_locked(&self, offset: usize, buf: *mut u8, len: usize) -> Result<(), MemError> {
+    /// `private`: only this process sees `buf` ([`ProcessMemory::read`]).
+    unsafe fn read_locked(
+        &self,
+        offset: usize,
+        buf: *mut u8,
+        len: usize,
+        private: bool,
+    ) -> Result<(), MemError> {
         if len == 0 {
             return Ok(());
         }
         if let Some(p) = &self.process {
             // SAFETY: buf is valid for writes of len bytes (the caller's
             // promise).
-            return unsafe { p.mem.read(p.base + offset as u64, buf, len) }
+            return unsafe { p.mem.read(p.base + offset as u64, buf, len, private) }
                 .map_err(|()| MemError::Unreachable);
         }
         if let Some(k) = &self.kernel {
@@ -432,8 +440,10 @@ impl MemRegion {
             // mapped, and its write lock is held; read_locked allows the
             // buffer to overlap src.
             let to = unsafe { dst.ptr.as_ptr().add(dst_offset) };
+            // dst may be memory another process shares, which must never
+            // hold bytes a failed check of the cross-memory read drops.
             // SAFETY: src's lock is held and its range checked.
-            return unsafe { src.read_locked(offset, to, len) };
+            return unsafe { src.read_locked(offset, to, len, false) };
         }
         if src.is_mapped() {
             // SAFETY: offset + len <= src.len was checked, src is mapped,
@@ -447,7 +457,7 @@ impl MemRegion {
         // has room for len bytes, which read_locked fills before
         // write_locked reads them.
         unsafe {
-            src.read_locked(offset, bounce.as_mut_ptr(), len)?;
+            src.read_locked(offset, bounce.as_mut_ptr(), len, true)?;
             bounce.set_len(len);
             dst.write_locked(dst_offset, bounce.as_ptr(), len)
         }
@@ -512,7 +522,7 @@ impl MemRegion {
         }
         let mut b = [0u8; 8];
         // SAFETY: b is a live buffer of 8 bytes.
-        unsafe { p.mem.read(at, b.as_mut_ptr(), 8) }.map_err(|()| MemError::Unreachable)?;
+        unsafe { p.mem.read(at, b.as_mut_ptr(), 8, true) }.map_err(|()| MemError::Unreachable)?;
         let old = u64::from_ne_bytes(b);
         p.mem
             .write(at, &f(old).to_ne_bytes())
@@ -643,9 +653,16 @@ mod tests {
         let to =
             MemRegion::in_process(file.clone(), big.as_mut_ptr() as u64 + n as u64, n).unwrap();
         MemRegion::copy_between(&from, 0, &to, 0, n).unwrap();
+        assert_eq!(file.direct_bytes(), n as u64);
+        // Into memory this process maps (which may be shared): the file.
+        let mapped = MemRegion::allocate(n).unwrap();
+        MemRegion::copy_between(&from, 0, &mapped, 0, n).unwrap();
+        assert_eq!(file.direct_bytes(), n as u64);
+        let mut back = vec![0u8; n];
+        mapped.read(0, &mut back).unwrap();
         let big = std::hint::black_box(&big);
         assert_eq!(big[..n], big[n..]);
-        assert_eq!(file.direct_bytes(), n as u64);
+        assert_eq!(back[..], big[..n]);
     }
 
     #[test]

@@ -8,20 +8,25 @@
 //! makes the kernel copy through a page it allocates for the call (and, on
 //! kernels built to, zeroes first), so the bytes are copied twice.
 //!
-//! Reads of [`DIRECT_MIN`] bytes or more take one copy where the system
-//! lets the agent use the
-//! cross-memory call (`process_vm_readv`) on the driver's process: each
-//! call also reads a [`Sentinel`], 16 random bytes the driver keeps at an
-//! address it named when it connected, from the same address space in the
-//! same call. A call whose sentinel does not match read from another
-//! address space (the process ID now names a program the driver `exec`ed,
-//! or another process): its bytes are dropped and the file answers, as it
-//! does for whatever the call refuses. Writes cannot be checked in the
+//! Reads of [`DIRECT_MIN`] bytes or more into the agent's own buffers
+//! take one copy where the system lets the agent use the cross-memory call
+//! (`process_vm_readv`) on the driver's process, and only when the agent
+//! runs as the driver's user (an agent run as root serving another user
+//! could otherwise read a set-user-ID program the driver `exec`ed, which
+//! the call's permission check refuses to anyone else). Each call also
+//! reads a [`Sentinel`], 16 random bytes the driver keeps at an address
+//! it named when it connected, from the same address space in the same
+//! call; a call whose sentinel does not match read from another address
+//! space (the process ID now names a program the driver `exec`ed): its
+//! bytes are dropped and the file answers, as it does for whatever the
+//! call refuses. After each call the process is checked to be alive
+//! through a pidfd taken when it connected, so that its ID cannot have
+//! gone to another process meanwhile. Writes cannot be checked in the
 //! same call, so they always go through the file.
 
 use serde::{Deserialize, Serialize};
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -69,6 +74,8 @@ pub struct ProcessMemory {
     file: File,
     /// The process for the cross-memory reads; 0 once they are off.
     pid: AtomicI32,
+    /// That process (not its ID, which may go to another once it ends).
+    pidfd: Option<OwnedFd>,
     sentinel: Option<Sentinel>,
     /// Bytes the cross-memory reads delivered.
     direct_bytes: AtomicU64,
@@ -77,13 +84,20 @@ pub struct ProcessMemory {
 impl ProcessMemory {
     /// The memory of the process whose memory file `file` is, with
     /// `pid` (the kernel's word for the driver's connection,
-    /// `SO_PEERCRED`) and the `sentinel` it named for the cross-memory
-    /// reads. Without both, every access goes through the file.
+    /// `SO_PEERCRED`, taken as the connection opened) and the `sentinel`
+    /// it named for the cross-memory reads. Without both, or where the
+    /// process runs as another user than this one, or no pidfd can be
+    /// had for it, every access goes through the file.
     pub fn new(file: File, pid: Option<u32>, sentinel: Option<Sentinel>) -> Self {
-        let pid = pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+        let pid = pid
+            .and_then(|p| i32::try_from(p).ok())
+            .filter(|&p| p > 0 && sentinel.is_some() && same_user(p));
+        let pidfd = pid.and_then(pidfd_open);
+        let pid = pid.filter(|_| pidfd.is_some()).unwrap_or(0);
         ProcessMemory {
             file,
-            pid: AtomicI32::new(if sentinel.is_some() { pid.max(0) } else { 0 }),
+            pid: AtomicI32::new(pid),
+            pidfd,
             sentinel,
             direct_bytes: AtomicU64::new(0),
         }
@@ -112,12 +126,21 @@ impl ProcessMemory {
     }
 
     /// Copy `len` bytes at address `addr` of the process into `buf`.
+    /// `private`: nobody but this process sees `buf` before the call
+    /// returns (bytes a failed check drops may be left in it); otherwise
+    /// the read takes the file.
     ///
     /// # Safety
     /// `buf` is valid for writes of `len` bytes.
-    pub(crate) unsafe fn read(&self, addr: u64, buf: *mut u8, len: usize) -> Result<(), ()> {
+    pub(crate) unsafe fn read(
+        &self,
+        addr: u64,
+        buf: *mut u8,
+        len: usize,
+        private: bool,
+    ) -> Result<(), ()> {
         // SAFETY: the caller's promise on buf.
-        if len >= DIRECT_MIN && unsafe { self.read_direct(addr, buf, len) } {
+        if private && len >= DIRECT_MIN && unsafe { self.read_direct(addr, buf, len) } {
             return Ok(());
         }
         let mut at = 0;
@@ -208,14 +231,68 @@ impl ProcessMemory {
             self.stop_direct("sentinel does not match");
             return false;
         }
-        // The kernel does not split an iovec: the range came whole or not
-        // at all (an address the call may not read).
+        // Still the process that connected: its ID named no other.
+        if !self.alive() {
+            self.stop_direct("the process ended");
+            return false;
+        }
+        // A shorter count (an address the call may not read): the file
+        // reads it all again.
         if n != SENTINEL_LEN + len {
             return false;
         }
         self.direct_bytes.fetch_add(len as u64, Ordering::Relaxed);
         true
     }
+}
+
+impl ProcessMemory {
+    /// Whether the process the pidfd names has not ended (a zombie's ID
+    /// is not given out again either).
+    fn alive(&self) -> bool {
+        let Some(fd) = &self.pidfd else {
+            return false;
+        };
+        // SAFETY: pidfd_send_signal with signal 0 only checks that the
+        // process may be signalled; no pointer is passed.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                0,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        r == 0
+    }
+}
+
+/// A pidfd for process `pid`.
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a process ID and flags and returns a new
+    // descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|&fd| fd >= 0)?;
+    // SAFETY: fd is a descriptor the call just made, owned by no one else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether process `pid` runs as this process's user (real and effective).
+fn same_user(pid: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .is_some_and(|ids| {
+            ids.split_whitespace()
+                .take(2)
+                .all(|id| id.parse() == Ok(me))
+        })
 }
 
 #[cfg(test)]
@@ -247,7 +324,7 @@ mod tests {
         );
         let mut back = vec![0u8; DIRECT_MIN];
         // SAFETY: a live buffer of DIRECT_MIN bytes.
-        unsafe { p.read(addr + 10, back.as_mut_ptr(), DIRECT_MIN) }.unwrap();
+        unsafe { p.read(addr + 10, back.as_mut_ptr(), DIRECT_MIN, true) }.unwrap();
         assert_eq!(back, data);
         assert!(p.is_direct());
         let note = "the read took the call, the write the file";
@@ -255,9 +332,34 @@ mod tests {
         // A short read takes the file.
         let mut few = [0u8; 4];
         // SAFETY: a live buffer of 4 bytes.
-        unsafe { p.read(addr + 10, few.as_mut_ptr(), 4) }.unwrap();
+        unsafe { p.read(addr + 10, few.as_mut_ptr(), 4, true) }.unwrap();
         assert_eq!(few, [0, 1, 2, 3]);
         assert_eq!(p.direct_bytes(), DIRECT_MIN as u64);
+    }
+
+    #[test]
+    fn reads_into_buffers_others_may_see_take_the_file() {
+        let p = ProcessMemory::new(own_mem(), me(), Sentinel::of_this_process());
+        let data = [5u8; DIRECT_MIN];
+        let mut back = [0u8; DIRECT_MIN];
+        // SAFETY: a live buffer of DIRECT_MIN bytes.
+        unsafe { p.read(data.as_ptr() as u64, back.as_mut_ptr(), DIRECT_MIN, false) }.unwrap();
+        assert_eq!(back, data);
+        assert_eq!(p.direct_bytes(), 0);
+        assert!(p.is_direct());
+    }
+
+    #[test]
+    fn the_process_of_another_user_or_none_is_not_read_directly() {
+        assert!(same_user(std::process::id() as i32));
+        assert!(!same_user(i32::MAX));
+        let p = ProcessMemory::new(
+            own_mem(),
+            Some(i32::MAX as u32),
+            Sentinel::of_this_process(),
+        );
+        assert!(!p.is_direct());
+        assert!(pidfd_open(std::process::id() as i32).is_some());
     }
 
     #[test]
@@ -270,7 +372,7 @@ mod tests {
         let data = [7u8; DIRECT_MIN];
         let mut back = [0u8; DIRECT_MIN];
         // SAFETY: a live buffer of DIRECT_MIN bytes.
-        unsafe { p.read(data.as_ptr() as u64, back.as_mut_ptr(), DIRECT_MIN) }.unwrap();
+        unsafe { p.read(data.as_ptr() as u64, back.as_mut_ptr(), DIRECT_MIN, true) }.unwrap();
         assert_eq!(back, data);
         assert!(!p.is_direct(), "the reads stay off");
         assert_eq!(p.direct_bytes(), 0);
@@ -281,7 +383,7 @@ mod tests {
         };
         let p = ProcessMemory::new(own_mem(), me(), Some(gone));
         // SAFETY: as above.
-        unsafe { p.read(data.as_ptr() as u64, back.as_mut_ptr(), DIRECT_MIN) }.unwrap();
+        unsafe { p.read(data.as_ptr() as u64, back.as_mut_ptr(), DIRECT_MIN, true) }.unwrap();
         assert!(!p.is_direct());
     }
 
@@ -295,7 +397,7 @@ mod tests {
         let data = [3u8; DIRECT_MIN];
         let mut back = [0u8; DIRECT_MIN];
         // SAFETY: a live buffer of DIRECT_MIN bytes.
-        unsafe { p.read(data.as_ptr() as u64, back.as_mut_ptr(), DIRECT_MIN) }.unwrap();
+        unsafe { p.read(data.as_ptr() as u64, back.as_mut_ptr(), DIRECT_MIN, true) }.unwrap();
         assert_eq!(back, data);
         assert!(!p.is_direct());
     }
@@ -307,7 +409,7 @@ mod tests {
         let data = [9u8; DIRECT_MIN];
         let mut back = [0u8; DIRECT_MIN];
         // SAFETY: a live buffer of DIRECT_MIN bytes.
-        unsafe { p.read(data.as_ptr() as u64, back.as_mut_ptr(), DIRECT_MIN) }.unwrap();
+        unsafe { p.read(data.as_ptr() as u64, back.as_mut_ptr(), DIRECT_MIN, true) }.unwrap();
         assert_eq!(back, data);
         assert_eq!(p.direct_bytes(), 0);
     }
@@ -317,7 +419,7 @@ mod tests {
         let p = ProcessMemory::new(own_mem(), me(), Sentinel::of_this_process());
         let mut b = [0u8; DIRECT_MIN];
         // SAFETY: a live buffer of DIRECT_MIN bytes.
-        assert!(unsafe { p.read(8, b.as_mut_ptr(), DIRECT_MIN) }.is_err());
+        assert!(unsafe { p.read(8, b.as_mut_ptr(), DIRECT_MIN, true) }.is_err());
         assert!(p.write(8, &b).is_err());
         assert!(
             p.is_direct(),
