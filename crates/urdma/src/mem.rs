@@ -278,13 +278,17 @@ impl MemRegion {
         }
     }
 
-    /// Whether reading many bytes at once is worth a copy more: memory
-    /// of another process read through its memory file, where each access
-    /// is a system call that makes the kernel allocate (and, built so,
-    /// zero) a page ([`crate::config::stage_reads`]); the cross-memory
-    /// reads allocate none.
-    pub fn prefers_large_reads(&self) -> bool {
-        self.process.as_ref().is_some_and(|p| !p.mem.is_direct()) && crate::config::stage_reads()
+    /// Whether reading many bytes at once is worth a copy more than
+    /// reading `piece` bytes at a time: memory of another process read
+    /// through its memory file, where each access is a system call that
+    /// makes the kernel allocate (and, built so, zero) a page
+    /// ([`crate::config::stage_reads`]); pieces the cross-memory reads
+    /// take allocate none.
+    pub fn prefers_large_reads(&self, piece: usize) -> bool {
+        self.process
+            .as_ref()
+            .is_some_and(|p| !p.mem.reads_directly(piece))
+            && crate::config::stage_reads()
     }
 
     /// Copy `dst.len()` bytes starting at `offset` out of the region.

@@ -113,6 +113,12 @@ impl ProcessMemory {
         self.pid.load(Ordering::Acquire) != 0
     }
 
+    /// Whether a read of `len` bytes into the agent's own buffer tries
+    /// the cross-memory call.
+    pub fn reads_directly(&self, len: usize) -> bool {
+        len >= DIRECT_MIN && self.is_direct()
+    }
+
     /// Bytes the cross-memory reads delivered so far.
     pub fn direct_bytes(&self) -> u64 {
         self.direct_bytes.load(Ordering::Relaxed)

@@ -381,7 +381,8 @@ fn send_one(
         Payload::Sges(s)
             if has_payload
                 && seg.len < wqe.len
-                && s.first().is_some_and(|g| g.mr.mem.prefers_large_reads()) =>
+                && s.first()
+                    .is_some_and(|g| g.mr.mem.prefers_large_reads(seg.len)) =>
         {
             qp.req
                 .stage

@@ -146,7 +146,7 @@ pub(super) fn read_responses(
     };
     // The region's bytes, read up to STAGE_BYTES at once where that pays.
     let mut ahead = tx::ReadAhead::default();
-    let read_ahead = n > 1 && range.is_some_and(|(mr, _)| mr.mem.prefers_large_reads());
+    let read_ahead = n > 1 && range.is_some_and(|(mr, _)| mr.mem.prefers_large_reads(mtu));
     for i in 0..n {
         let opcode = match (i, n) {
             (_, 1) => Opcode::RcReadResponseOnly,
