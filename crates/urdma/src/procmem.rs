@@ -104,6 +104,7 @@ impl ProcessMemory {
     }
 
     /// A process's memory through its memory file only.
+    #[cfg(test)]
     pub fn file_only(file: File) -> Self {
         Self::new(file, None, None)
     }
@@ -146,7 +147,7 @@ impl ProcessMemory {
         private: bool,
     ) -> Result<(), ()> {
         // SAFETY: the caller's promise on buf.
-        if private && len >= DIRECT_MIN && unsafe { self.read_direct(addr, buf, len) } {
+        if private && self.reads_directly(len) && unsafe { self.read_direct(addr, buf, len) } {
             return Ok(());
         }
         let mut at = 0;
@@ -250,9 +251,7 @@ impl ProcessMemory {
         self.direct_bytes.fetch_add(len as u64, Ordering::Relaxed);
         true
     }
-}
 
-impl ProcessMemory {
     /// Whether the process the pidfd names has not ended (a zombie's ID
     /// is not given out again either).
     fn alive(&self) -> bool {
