@@ -320,11 +320,13 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut i
         POLL_BUF.with(|b| {
             let mut buf = b.borrow_mut();
             buf.clear();
-            match q.cq.shared().poll(num_entries as usize, &mut buf) {
+            match q.cq.poll_into(num_entries as usize, &mut buf) {
                 Ok(0) => {
                     // Applications spin on an empty CQ; the completions
                     // they wait for come from the device threads of this
-                    // and the peer process, which need the CPU to run.
+                    // and the peer process, which need the CPU to run
+                    // (an embedded device's are taken by the poll itself
+                    // once it spins, see urdma::Cq::poll_into).
                     std::thread::yield_now();
                     0
                 }
@@ -379,7 +381,7 @@ fn advance(cq: *mut ibv_cq_ex) -> c_int {
         Err(e) => return e,
     };
     let mut v = Vec::with_capacity(1);
-    let wc = match q.cq.shared().poll(1, &mut v) {
+    let wc = match q.cq.poll_into(1, &mut v) {
         Ok(0) => {
             // As in poll_cq: let the device threads run.
             std::thread::yield_now();

@@ -7,6 +7,18 @@ use crate::types::WorkCompletion;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Empty polls of one CQ in a row by one thread after which its next
+/// empty polls move an embedded NIC on ([`Cq::poll_into`]): a thread
+/// spinning on the CQ waits for the NIC, while one that looks now and
+/// then (an event loop) pays no system call for it.
+pub const EMPTY_POLLS_BEFORE_PROGRESS: u32 = 2;
+
+thread_local! {
+    /// The CQ this thread polled last and how many times in a row it
+    /// found it empty.
+    static EMPTY_POLLS: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, 0)) };
+}
+
 /// Destroys the CQ at the NIC when the last handle goes.
 #[derive(Debug)]
 struct CqGuard {
@@ -66,8 +78,39 @@ impl Cq {
     /// returns [`Error::CqOverrun`] once its entries are taken.
     pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>> {
         let mut v = Vec::new();
-        self.shared.poll(max, &mut v)?;
+        self.poll_into(max, &mut v)?;
         Ok(v)
+    }
+
+    /// As [`Cq::poll`], appending to `out`; answers how many it took.
+    ///
+    /// On an embedded device, a thread that keeps finding the CQ empty
+    /// (more than [`EMPTY_POLLS_BEFORE_PROGRESS`] polls in a row) waits
+    /// for the NIC: its polls then take and handle the datagrams that
+    /// arrived for the device themselves, as the device's receive thread
+    /// would once scheduled ([`crate::fabric::udp::UdpDriver::progress`]).
+    /// The shared NIC's own threads do its work.
+    pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        let n = self.shared.poll(max, out)?;
+        let link = &self._guard.dev.inner.link;
+        if max == 0 || !matches!(link, crate::nic::Link::Embedded(_)) {
+            return Ok(n);
+        }
+        let id = Arc::as_ptr(&self.shared) as usize;
+        let waiting = EMPTY_POLLS.with(|e| {
+            let (last, count) = e.get();
+            let count = match (n, last == id) {
+                (0, true) => count.saturating_add(1),
+                (0, false) => 1,
+                _ => 0,
+            };
+            e.set((id, count));
+            count > EMPTY_POLLS_BEFORE_PROGRESS
+        });
+        if waiting && link.progress() {
+            return self.shared.poll(max, out);
+        }
+        Ok(n)
     }
 
     /// Block until completions arrive (or `timeout` passes), then take up to `max`.

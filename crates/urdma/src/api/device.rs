@@ -128,16 +128,27 @@ impl Device {
     /// socket and start its receive thread. Only this process can then
     /// use the address.
     pub fn open_embedded(config: DeviceConfig) -> Result<Device> {
+        Self::embedded(config, true)
+    }
+
+    /// An embedded device whose receive thread does not run: only polls
+    /// of its CQs take its datagrams (see [`crate::Cq::poll_into`]).
+    #[cfg(test)]
+    pub(crate) fn open_embedded_unthreaded(config: DeviceConfig) -> Result<Device> {
+        Self::embedded(config, false)
+    }
+
+    fn embedded(config: DeviceConfig, receive_thread: bool) -> Result<Device> {
         let local = SocketAddr::new(config.addr, config.port);
         let attr = device_attr_for(&config);
         let engine = Engine::new(local, attr.clone(), None);
         let driver = UdpDriver::bind(&config.name, local, engine)?;
-        let thread = driver.start()?;
+        let thread = receive_thread.then(|| driver.start()).transpose()?;
         Ok(Self::with_link(
             config,
             Link::Embedded(driver),
             attr,
-            Some(thread),
+            thread,
         ))
     }
 

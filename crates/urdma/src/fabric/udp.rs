@@ -2,6 +2,10 @@
 //! blocks on it (never spins), feeding datagrams and timer expiries to the
 //! engine and sending what the engine produces.
 
+#[cfg(test)]
+mod progress_tests;
+mod received;
+
 use super::batch::RecvBatch;
 pub use super::events::EventNotifier;
 use super::events::EventQueue;
@@ -66,6 +70,16 @@ pub struct UdpDriver {
     alarm: super::alarm::Alarm,
     /// Held while the alarm's timer is set (see `arm_alarm`).
     arming: Mutex<()>,
+    /// The receive buffers, held by whichever thread takes datagrams from
+    /// the socket (the receive thread, or a program's thread polling an
+    /// empty CQ, see [`UdpDriver::progress`]) until the engine has
+    /// handled them, so that they are handled in the order they came.
+    rx: Mutex<RecvBatch>,
+    /// Engine time (ns) a polling thread last took datagrams: traffic the
+    /// receive thread keeps busy-polling after, as after its own.
+    polled_rx: AtomicU64,
+    /// Batches of datagrams polling threads took.
+    polled_batches: AtomicU64,
 }
 
 impl Drop for UdpDriver {
@@ -176,6 +190,9 @@ impl UdpDriver {
             parked: AtomicBool::new(false),
             alarm,
             arming: Mutex::new(()),
+            rx: Mutex::new(RecvBatch::new()),
+            polled_rx: AtomicU64::new(0),
+            polled_batches: AtomicU64::new(0),
         });
         super::loopback::attach(&driver);
         Ok(driver)
@@ -601,7 +618,6 @@ impl UdpDriver {
 
     fn rx_loop(&self) {
         use std::os::fd::AsRawFd;
-        let mut batch = RecvBatch::new();
         let fd = self.socket.as_raw_fd();
         let mut published_at = 0u64;
         let mut published_packets = u64::MAX;
@@ -654,70 +670,21 @@ impl UdpDriver {
             // Wait with a high-resolution timeout (the socket's own receive
             // timeout is only as fine as the scheduler tick), then take
             // whatever arrived without blocking.
-            let got = match self.wait_input(fd, timeout, last_rx + busy_poll) {
-                Ok(true) => batch.recv(fd),
+            let polled = self.epoch + Duration::from_nanos(self.polled_rx.load(Ordering::Relaxed));
+            let readable = self.wait_input(fd, timeout, last_rx.max(polled) + busy_poll);
+            let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+            let got = match readable {
+                Ok(true) => rx.recv(fd),
                 Ok(false) => Err(std::io::ErrorKind::TimedOut.into()),
                 Err(e) => Err(e),
             };
-
-            if got.is_ok() {
-                // An empty datagram (a peer's, or a wake-up from an older
-                // build of this code) is no traffic to keep polling for.
-                if batch
-                    .iter()
-                    .any(|(_, d, _)| d.is_some_and(|d| !d.is_empty()))
-                {
-                    last_rx = std::time::Instant::now();
-                }
-                self.each_capture(|cap| {
-                    for (src, data, _) in batch.iter() {
-                        if let (Some(src), Some(data)) = (src, data) {
-                            if !data.is_empty() {
-                                cap.record_received(src, self.local, data);
-                            }
-                        }
-                    }
-                    cap.flush();
-                });
+            // An empty datagram (a peer's, or a wake-up from an older
+            // build of this code) is no traffic to keep polling for.
+            if got.is_ok() && rx.iter().any(|(_, d, _)| d.is_some_and(|d| !d.is_empty())) {
+                last_rx = std::time::Instant::now();
             }
-            let mut eng = self.lock();
-            // Awake: posters need not wake this thread until it sleeps again.
-            self.sleeping_until.store(0, Ordering::Release);
-            let now = self.now();
-            match got {
-                Ok(_) => {
-                    let mut truncated = 0;
-                    let items = batch
-                        .iter()
-                        .filter_map(|(src, data, ce)| match (src, data) {
-                            (Some(s), Some(d)) if !d.is_empty() => Some((s, d, ce)),
-                            (_, None) => {
-                                truncated += 1;
-                                None
-                            }
-                            _ => None,
-                        });
-                    // A batch can hold a sender's whole window: the ACKs
-                    // leave after each part of it, not after the last.
-                    eng = super::batch::in_parts(
-                        eng,
-                        items,
-                        ACK_CHUNK,
-                        |eng, part| eng.handle_batch_ecn(now, part),
-                        |eng| {
-                            self.flush(eng, now);
-                            self.lock()
-                        },
-                    );
-                    eng.count_oversized(truncated);
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => tracing::debug!(error = %e, "receive failed"),
-            }
+            let (mut eng, now) = self.handle_received(&rx, got, false);
+            drop(rx);
             // Taken with the engine locked, so that batches another thread
             // drains meanwhile are handled in the order they were queued.
             internal = self.inbox.take(internal);
