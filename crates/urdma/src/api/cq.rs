@@ -85,7 +85,7 @@ impl Cq {
     /// As [`Cq::poll`], appending to `out`; answers how many it took.
     ///
     /// On an embedded device, a thread that keeps finding the CQ empty
-    /// (more than [`EMPTY_POLLS_BEFORE_PROGRESS`] polls in a row) waits
+    /// (more than `EMPTY_POLLS_BEFORE_PROGRESS` polls in a row) waits
     /// for the NIC: its polls then take and handle the datagrams that
     /// arrived for the device themselves, as the device's receive thread
     /// would once scheduled ([`crate::fabric::udp::UdpDriver::progress`]).

@@ -11,3 +11,5 @@ pub mod udp;
 
 #[cfg(test)]
 mod timer_tests;
+#[cfg(test)]
+mod write_pair;

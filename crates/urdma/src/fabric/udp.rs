@@ -1,6 +1,8 @@
 //! The UDP fabric: one socket per device and one receive thread that
-//! blocks on it (never spins), feeding datagrams and timer expiries to the
-//! engine and sending what the engine produces.
+//! waits on it (polling for a short window after traffic, then sleeping),
+//! feeding datagrams and timer expiries to the engine and sending what the
+//! engine produces. Threads that spin on an empty CQ of an embedded
+//! device take its datagrams too ([`received`]).
 
 #[cfg(test)]
 mod progress_tests;
