@@ -7,15 +7,16 @@ use crate::types::WorkCompletion;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Empty polls of one CQ in a row by one thread after which its next
-/// empty polls move an embedded NIC on ([`Cq::poll_into`]): a thread
-/// spinning on the CQ waits for the NIC, while one that looks now and
-/// then (an event loop) pays no system call for it.
+/// Empty polls of one embedded device's CQs in a row by one thread after
+/// which its next empty polls move the device's NIC on
+/// ([`Cq::poll_into`]): a thread that spins on the device's CQs waits
+/// for its NIC, while one that gets completions, or polls other devices
+/// in between, leaves the datagrams to the device's receive thread.
 pub const EMPTY_POLLS_BEFORE_PROGRESS: u32 = 2;
 
 thread_local! {
-    /// The CQ this thread polled last and how many times in a row it
-    /// found it empty.
+    /// The embedded device this thread polled a CQ of last, and how
+    /// many times in a row it found its CQs empty.
     static EMPTY_POLLS: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, 0)) };
 }
 
@@ -84,31 +85,40 @@ impl Cq {
 
     /// As [`Cq::poll`], appending to `out`; answers how many it took.
     ///
-    /// On an embedded device, a thread that keeps finding the CQ empty
-    /// (more than `EMPTY_POLLS_BEFORE_PROGRESS` polls in a row) waits
-    /// for the NIC: its polls then take and handle the datagrams that
-    /// arrived for the device themselves, as the device's receive thread
-    /// would once scheduled ([`crate::fabric::udp::UdpDriver::progress`]).
-    /// The shared NIC's own threads do its work.
+    /// On an embedded device, a thread that keeps finding the device's
+    /// CQs empty (more than `EMPTY_POLLS_BEFORE_PROGRESS` polls in a row)
+    /// waits for its NIC: its polls then take and handle the datagrams
+    /// that arrived for the device themselves, as the device's receive
+    /// thread would once scheduled
+    /// ([`crate::fabric::udp::UdpDriver::progress`]). The shared NIC's
+    /// own threads do its work.
     pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
         let n = self.shared.poll(max, out)?;
-        let link = &self._guard.dev.inner.link;
-        if max == 0 || !matches!(link, crate::nic::Link::Embedded(_)) {
+        let crate::nic::Link::Embedded(driver) = &self._guard.dev.inner.link else {
+            return Ok(n);
+        };
+        if max == 0 {
             return Ok(n);
         }
-        let id = Arc::as_ptr(&self.shared) as usize;
-        let waiting = EMPTY_POLLS.with(|e| {
-            let (last, count) = e.get();
-            let count = match (n, last == id) {
-                (0, true) => count.saturating_add(1),
-                (0, false) => 1,
-                _ => 0,
-            };
-            e.set((id, count));
-            count > EMPTY_POLLS_BEFORE_PROGRESS
-        });
-        if waiting && link.progress() {
-            return self.shared.poll(max, out);
+        let id = Arc::as_ptr(driver) as usize;
+        let count = |found: usize| {
+            EMPTY_POLLS.with(|e| {
+                let (last, count) = e.get();
+                let count = match (found, last == id) {
+                    (0, true) => count.saturating_add(1),
+                    (0, false) => 1,
+                    _ => 0,
+                };
+                e.set((id, count));
+                count
+            })
+        };
+        if count(n) <= EMPTY_POLLS_BEFORE_PROGRESS || !driver.progress() {
+            return Ok(n);
+        }
+        let n = self.shared.poll(max, out)?;
+        if n > 0 {
+            count(n);
         }
         Ok(n)
     }

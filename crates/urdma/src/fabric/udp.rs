@@ -674,18 +674,28 @@ impl UdpDriver {
             // whatever arrived without blocking.
             let polled = self.epoch + Duration::from_nanos(self.polled_rx.load(Ordering::Relaxed));
             let readable = self.wait_input(fd, timeout, last_rx.max(polled) + busy_poll);
-            let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
-            let got = match readable {
-                Ok(true) => rx.recv(fd),
-                Ok(false) => Err(std::io::ErrorKind::TimedOut.into()),
-                Err(e) => Err(e),
+            // A thread polling a CQ that holds the buffers is taking the
+            // datagrams (in order): this one goes on to its other work.
+            let mut rx = match &readable {
+                Ok(true) => self.try_take_rx(),
+                Ok(false) => None,
+                Err(e) => {
+                    received::note_receive_error(e);
+                    None
+                }
             };
-            // An empty datagram (a peer's, or a wake-up from an older
-            // build of this code) is no traffic to keep polling for.
-            if got.is_ok() && rx.iter().any(|(_, d, _)| d.is_some_and(|d| !d.is_empty())) {
+            let got = rx.as_deref_mut().is_some_and(|b| match b.recv(fd) {
+                Ok(_) => true,
+                Err(e) => {
+                    received::note_receive_error(&e);
+                    false
+                }
+            });
+            let batch = rx.as_deref().filter(|_| got);
+            if batch.is_some_and(received::carries_traffic) {
                 last_rx = std::time::Instant::now();
             }
-            let (mut eng, now) = self.handle_received(&rx, got, false);
+            let (mut eng, now) = self.handle_received(batch, false);
             drop(rx);
             // Taken with the engine locked, so that batches another thread
             // drains meanwhile are handled in the order they were queued.
