@@ -355,7 +355,7 @@ mod tests {
     }
 
     #[test]
-    fn the_process_of_another_user_or_none_is_not_read_directly() {
+    fn a_process_whose_user_cannot_be_checked_is_not_read_directly() {
         assert!(same_user(std::process::id() as i32));
         assert!(!same_user(i32::MAX));
         let p = ProcessMemory::new(

@@ -12,7 +12,7 @@ use std::time::Duration;
 /// ([`Cq::poll_into`]): a thread that spins on the device's CQs waits
 /// for its NIC, while one that gets completions, or polls other devices
 /// in between, leaves the datagrams to the device's receive thread.
-pub const EMPTY_POLLS_BEFORE_PROGRESS: u32 = 2;
+const EMPTY_POLLS_BEFORE_PROGRESS: u32 = 2;
 
 thread_local! {
     /// The embedded device this thread polled a CQ of last, and how

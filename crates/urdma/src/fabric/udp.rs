@@ -2,7 +2,7 @@
 //! waits on it (polling for a short window after traffic, then sleeping),
 //! feeding datagrams and timer expiries to the engine and sending what the
 //! engine produces. Threads that spin on an empty CQ of an embedded
-//! device take its datagrams too ([`received`]).
+//! device take its datagrams too ([`UdpDriver::progress`]).
 
 #[cfg(test)]
 mod progress_tests;

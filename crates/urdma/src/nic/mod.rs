@@ -79,16 +79,6 @@ impl Link {
         }
     }
 
-    /// Move an embedded NIC on in the calling thread (see
-    /// [`UdpDriver::progress`]): true if it took datagrams. The shared
-    /// NIC's own threads do its work; there it does nothing.
-    pub fn progress(&self) -> bool {
-        match self {
-            Link::Embedded(d) => d.progress(),
-            Link::Agent(_) => false,
-        }
-    }
-
     /// Run an engine command.
     pub fn execute(&self, cmd: Command) -> Result<Reply> {
         match self {
