@@ -416,13 +416,9 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
             Request::Hello { version, sentinel } if version == proto::VERSION && fds.len() == 2 => {
                 let events = fds.pop().expect("two descriptors");
                 let mem = fds.pop().expect("two descriptors");
-                if !channel::is_proc_file(&mem) {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        "the memory descriptor is not a process's memory file",
-                    ));
-                }
-                Ok((std::fs::File::from(mem), events, sentinel))
+                let mem = std::fs::File::from(mem);
+                super::memfile::verify(&mem, pid, sentinel.as_ref())?;
+                Ok((mem, events, sentinel))
             }
             Request::Hello { version, .. } => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,

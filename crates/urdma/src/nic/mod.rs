@@ -20,6 +20,7 @@ pub mod cm_routes;
 pub mod kernel;
 pub mod kernel_chan;
 pub mod kernel_rc;
+pub mod memfile;
 pub mod proto;
 pub mod session;
 pub mod spawn;
