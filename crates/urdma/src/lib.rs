@@ -43,6 +43,7 @@ pub mod mr;
 pub mod nic;
 pub mod procmem;
 pub mod rng;
+pub mod rundir;
 pub mod shm;
 pub mod types;
 pub mod verbs;

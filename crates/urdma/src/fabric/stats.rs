@@ -86,18 +86,9 @@ pub struct Published {
     pub live: bool,
 }
 
-/// Folder of the published files: `URDMA_STATS_DIR`, else
-/// `$XDG_RUNTIME_DIR/urdma`, else `/tmp/urdma-UID`.
+/// Folder this process publishes its files in (see [`crate::rundir`]).
 pub fn stats_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("URDMA_STATS_DIR") {
-        return d.into();
-    }
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-        return PathBuf::from(d).join("urdma");
-    }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    PathBuf::from(format!("/tmp/urdma-{uid}"))
+    crate::rundir::own_dir()
 }
 
 /// Snapshot an engine's counters.
@@ -138,22 +129,34 @@ impl DeviceStats {
     }
 }
 
+/// The name of the file the device `name` of process `pid` publishes to.
+fn stats_name(pid: u32, name: &str) -> String {
+    format!("{pid}-{name}.json")
+}
+
 /// The file in `dir` the device `name` of process `pid` publishes to.
 fn stats_file(dir: &Path, pid: u32, name: &str) -> PathBuf {
-    dir.join(format!("{pid}-{name}.json"))
+    dir.join(stats_name(pid, name))
 }
 
 /// Write a snapshot (atomically, through a temporary file).
 pub fn publish(s: &DeviceStats) -> std::io::Result<()> {
-    publish_in(&stats_dir(), s)
+    let r = publish_in(&stats_dir(), s);
+    if let Err(e) = &r {
+        // A folder another user made or can write: said once, loudly.
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if e.kind() == std::io::ErrorKind::PermissionDenied
+            && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(error = %e, "counters are not published");
+        }
+    }
+    r
 }
 
 fn publish_in(dir: &Path, s: &DeviceStats) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let path = stats_file(dir, s.pid, &s.device);
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec(s).map_err(std::io::Error::other)?)?;
-    std::fs::rename(tmp, path)
+    let bytes = serde_json::to_vec(s).map_err(std::io::Error::other)?;
+    crate::rundir::write_atomically(dir, &stats_name(s.pid, &s.device), &bytes)
 }
 
 /// Mark this process's file for the device `s` as its final counters,
@@ -168,7 +171,7 @@ fn publish_final_in(dir: &Path, mut s: DeviceStats) {
         .ok()
         .map(|d| d.as_secs());
     let mine = stats_file(dir, s.pid, &s.device);
-    for (path, o, _) in read_files(dir) {
+    for (path, o, _) in read_files(dir, crate::rundir::euid()) {
         if path != mine && o.device == s.device && o.addr == s.addr && !process_alive(o.pid) {
             let _ = std::fs::remove_file(path);
         }
@@ -182,8 +185,15 @@ fn process_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// Every readable snapshot file with its path and when it was written.
-fn read_files(dir: &Path) -> Vec<(PathBuf, DeviceStats, std::time::SystemTime)> {
+/// Every readable snapshot file with its path and when it was written,
+/// in `dir` if it passes [`crate::rundir::check_dir`] for `owner`.
+fn read_files(dir: &Path, owner: u32) -> Vec<(PathBuf, DeviceStats, std::time::SystemTime)> {
+    if let Err(e) = crate::rundir::check_dir(dir, owner) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(error = %e, "counters not read");
+        }
+        return Vec::new();
+    }
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -202,15 +212,28 @@ fn read_files(dir: &Path) -> Vec<(PathBuf, DeviceStats, std::time::SystemTime)> 
 /// then the last counters of devices whose process closed them or ended,
 /// newest first; of ended ones, only the newest per device name and
 /// address.
+/// This process's folder is read, and the NIC service's (root's) too.
 pub fn read_all() -> Vec<Published> {
-    read_all_in(&stats_dir())
+    let own = stats_dir();
+    let mut dirs = vec![(own.clone(), crate::rundir::euid())];
+    let service = PathBuf::from(crate::rundir::SERVICE_DIR);
+    if own != service {
+        dirs.push((service, 0));
+    }
+    read_all_of(&dirs)
 }
 
+#[cfg(test)]
 fn read_all_in(dir: &Path) -> Vec<Published> {
+    read_all_of(&[(dir.to_path_buf(), crate::rundir::euid())])
+}
+
+fn read_all_of(dirs: &[(PathBuf, u32)]) -> Vec<Published> {
     // Newest first by when each file was last written: a closed record
     // at its close, a dead process's at its last publish.
-    let mut v: Vec<(Published, std::time::SystemTime)> = read_files(dir)
-        .into_iter()
+    let mut v: Vec<(Published, std::time::SystemTime)> = dirs
+        .iter()
+        .flat_map(|(dir, owner)| read_files(dir, *owner))
         .map(|(_, stats, written)| {
             let live = stats.closed_at.is_none() && process_alive(stats.pid);
             (Published { live, stats }, written)
@@ -273,7 +296,7 @@ mod tests {
     #[test]
     fn ended_devices_keep_their_newest_record_only() {
         let dir = std::env::temp_dir().join(format!("urdma-stats-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        crate::rundir::ensure_dir(&dir).unwrap();
         let me = std::process::id();
         // A dead process's records (pid beyond pid_max), closed or not.
         let dead = 4_194_304 + 10;
@@ -315,7 +338,7 @@ mod tests {
     #[test]
     fn a_newer_crash_record_wins_over_an_older_close() {
         let dir = std::env::temp_dir().join(format!("urdma-stats-crash-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        crate::rundir::ensure_dir(&dir).unwrap();
         let dead = 4_194_304 + 20;
         write_aged(&dir, 60, &stats(dead, "urdma0", Some(1)));
         write_aged(&dir, 5, &stats(dead + 1, "urdma0", None));
