@@ -240,6 +240,46 @@ pub fn discover() -> Result<Vec<DeviceConfig>> {
     from_interfaces(port)
 }
 
+/// Whether the NIC agent, running as user `agent_uid`, opens the device
+/// `name` on `addr:port` for a driver of user `uid`, and under which
+/// name. No one opens a device on an address that names no single host
+/// (unspecified, multicast, broadcast). Root and the agent's own user open
+/// any other; any other user only one of the devices this agent would
+/// see itself ([`discover`]: its configuration file or its host's
+/// interfaces), by its address and port, under its configured name: a
+/// shared agent binds for others only what its administrator set up.
+pub fn permit_device(
+    name: &str,
+    addr: IpAddr,
+    port: u16,
+    uid: u32,
+    agent_uid: u32,
+) -> Result<String> {
+    let no_host = match addr {
+        IpAddr::V4(a) => a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
+        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
+    };
+    if no_host || port == 0 {
+        return Err(Error::inval(format!(
+            "{addr}:{port} is not an address a device can have"
+        )));
+    }
+    if uid == 0 || uid == agent_uid {
+        return Ok(name.to_string());
+    }
+    let known = discover()?;
+    match known.into_iter().find(|d| d.addr == addr && d.port == port) {
+        Some(d) => Ok(d.name),
+        None => Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{addr}:{port} is not a device of this NIC (user {uid} may open only \
+                 the devices its agent is configured with)"
+            ),
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,5 +330,21 @@ mod tests {
         assert!(d
             .iter()
             .any(|c| c.addr == "127.0.0.1".parse::<IpAddr>().unwrap()));
+    }
+
+    #[test]
+    fn devices_for_other_users_are_the_configured_ones() {
+        use std::net::Ipv4Addr;
+        let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        assert!(permit_device("x", any, 22, 0, 0).is_err());
+        let mcast = IpAddr::V4(Ipv4Addr::new(224, 0, 0, 1));
+        assert!(permit_device("x", mcast, 4791, 0, 0).is_err());
+        let odd = IpAddr::V4(Ipv4Addr::new(127, 0, 9, 9));
+        // Root and the agent's own user choose.
+        assert_eq!(permit_device("x", odd, 53, 0, 1000).unwrap(), "x");
+        assert_eq!(permit_device("x", odd, 53, 1000, 1000).unwrap(), "x");
+        // Another user: not an address of this host's configuration.
+        let e = permit_device("x", odd, 53, 1001, 0).unwrap_err();
+        assert!(e.to_string().contains("not a device of this NIC"), "{e}");
     }
 }

@@ -216,6 +216,8 @@ impl Session {
             if self.device.is_some() {
                 return Err(Error::inval("a session drives one device"));
             }
+            let agent_uid = nix::unistd::geteuid().as_raw();
+            let name = crate::config::permit_device(&name, addr, port, self.uid, agent_uid)?;
             let dev = nic.open_device(&name, addr, port)?;
             let local = dev.device.local_addr();
             self.device = Some(dev);
