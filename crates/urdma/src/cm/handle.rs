@@ -10,9 +10,36 @@ use urdma_wire::cm::{
 /// Service timeout an MRA announces (4.096 µs × 2^22 ≈ 17 s).
 const MRA_SERVICE_TIMEOUT: u8 = 22;
 
+/// Connection requests held at once before the consumer answers them (a
+/// listen backlog for the whole device); more are rejected for want of
+/// resources, so that a flood of REQs holds a bounded amount.
+pub const MAX_HALF_OPEN: usize = 1024;
+
+/// The longest a received REQ waits for the consumer's answer, whatever
+/// patience its sender announces (its codes allow up to about 39 hours).
+pub const MAX_REQ_PATIENCE_NS: u64 = 90_000_000_000;
+
 impl Cm {
     /// Take a MAD that arrived from `from` at `now` (ns).
     pub fn handle(&mut self, now: u64, from: SocketAddr, mad: &CmMad) {
+        // A message about one of our connections counts only from that
+        // connection's peer: anyone else who names its IDs is ignored.
+        let named = match &mad.msg {
+            CmMessage::Mra(m) => Some(m.remote_comm_id),
+            CmMessage::Rej(m) => Some(m.remote_comm_id),
+            CmMessage::Rep(m) => Some(m.remote_comm_id),
+            CmMessage::Rtu(m) => Some(m.remote_comm_id),
+            CmMessage::Dreq(m) => Some(m.remote_comm_id),
+            CmMessage::Drep(m) => Some(m.remote_comm_id),
+            _ => None,
+        };
+        if let Some(c) = named.and_then(|id| self.conns.get(&id)) {
+            if c.peer.ip() != from.ip() {
+                self.refused += 1;
+                tracing::debug!(%from, peer = %c.peer, "CM message about another peer's connection");
+                return;
+            }
+        }
         match &mad.msg {
             CmMessage::Req(m) => self.on_req(now, from, mad.tid, m),
             CmMessage::Mra(m) => self.on_mra(now, m),
@@ -47,6 +74,7 @@ impl Cm {
     fn on_req(&mut self, now: u64, from: SocketAddr, tid: u64, req: &Req) {
         let dup = self.conns.iter().find_map(|(&id, c)| {
             (c.role == Role::Passive
+                && c.peer.ip() == from.ip()
                 && c.remote_comm_id == req.local_comm_id
                 && c.remote_guid == req.local_ca_guid)
                 .then_some(id)
@@ -56,9 +84,13 @@ impl Cm {
         }
         // The peer's QP still has a connection here: the REQ is from a
         // peer that restarted (or a stale one); Linux's CM rejects it and
-        // ends the old connection.
+        // ends the old connection. Only that peer's own address may say
+        // so: a REQ from anywhere else that names its CA GUID and QP ends
+        // nothing.
         let stale = self.conns.iter().find_map(|(&id, c)| {
-            (c.remote_qpn == req.local_qpn && c.remote_guid == req.local_ca_guid)
+            (c.peer.ip() == from.ip()
+                && c.remote_qpn == req.local_qpn
+                && c.remote_guid == req.local_ca_guid)
                 .then_some((id, c.state))
         });
         if let Some((old, state)) = stale {
@@ -74,6 +106,10 @@ impl Cm {
         if req.transport > 1 {
             return self.reject_req(from, tid, 0, req, rej_reason::INVALID_TRANSPORT_TYPE);
         }
+        if self.half_open() >= MAX_HALF_OPEN {
+            self.refused += 1;
+            return self.reject_req(from, tid, 0, req, rej_reason::NO_RESOURCES);
+        }
         let id = self.new_comm_id();
         let mut c = Conn::new(Role::Passive, from, 0);
         c.state = State::ReqRcvd;
@@ -84,16 +120,25 @@ impl Cm {
         c.response_timeout = req.local_cm_response_timeout;
         c.max_retries = req.max_cm_retries;
         c.ack_timeout = req.primary.local_ack_timeout;
-        c.answer_by =
-            Some(now.saturating_add(
-                self.patience_ns(req.remote_cm_response_timeout, req.max_cm_retries),
-            ));
+        let patience = self.patience_ns(req.remote_cm_response_timeout, req.max_cm_retries);
+        c.answer_by = Some(now.saturating_add(patience.min(MAX_REQ_PATIENCE_NS)));
         self.conns.insert(id, c);
         self.tell(CmEvent::ConnectRequest {
             id,
             peer: from,
             req: Box::new(req.clone()),
         });
+    }
+
+    /// Received REQs the consumer has not yet accepted or rejected.
+    fn half_open(&self) -> usize {
+        self.conns
+            .values()
+            .filter(|c| {
+                c.role == Role::Passive
+                    && matches!(c.state, State::ReqRcvd | State::MraReqSent)
+            })
+            .count()
     }
 
     fn on_duplicate_req(&mut self, id: ConnId, from: SocketAddr, tid: u64, req: &Req) {

@@ -257,6 +257,8 @@ pub struct Cm {
     conns: BTreeMap<ConnId, Conn>,
     tx: VecDeque<Outgoing>,
     events: VecDeque<CmEvent>,
+    /// MADs ignored as another peer's, or REQs refused beyond limits.
+    refused: u64,
 }
 
 /// A REJ from `local` to `remote` of the message `message_rejected`
@@ -307,6 +309,7 @@ impl Cm {
             conns: BTreeMap::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
+            refused: 0,
         }
     }
 
@@ -365,6 +368,12 @@ impl Cm {
     /// stay).
     pub fn unlisten(&mut self, service_id: u64) -> bool {
         self.listeners.remove(&service_id)
+    }
+
+    /// MADs ignored because they named another peer's connection, and
+    /// REQs refused beyond [`handle::MAX_HALF_OPEN`].
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 
     fn new_comm_id(&mut self) -> ConnId {

@@ -442,3 +442,4 @@ fn repeated_mras_keep_holding_the_requester() {
 }
 
 mod ends;
+mod forged;
