@@ -465,6 +465,9 @@ fn transmit(
     true
 }
 
+/// The Q_Key bit that marks a controlled Q_Key (QP 1's among them).
+pub const CONTROLLED_QKEY: u32 = 0x8000_0000;
+
 fn pump_ud(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     while qp.state() == QpState::Rts {
         let Some(wqe) = qp.req.sq.front() else { break };
@@ -485,10 +488,15 @@ fn pump_ud(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
             psns: 1,
         };
         let bth = Bth::new(Opcode::UdSendOnly, ud.qpn, cur);
-        let Some(repr) = request_repr(Transport::Ud, wqe, seg, bth, qp.qpn) else {
+        let Some(mut repr) = request_repr(Transport::Ud, wqe, seg, bth, qp.qpn) else {
             qp.complete_head(cx, WcStatus::LocQpOpErr, 0);
             continue;
         };
+        // A controlled Q_Key in the WR names none: the QP's own is sent
+        // (IBTA 10.2.5), and only a privileged owner gives a QP one.
+        if let Some(d) = repr.deth.as_mut().filter(|d| d.qkey & CONTROLLED_QKEY != 0) {
+            d.qkey = qp.attr.qkey;
+        }
         let src = payload_of(wqe, seg, true);
         let status = match tx::send(cx, &mut qp.counters, ud.addr, &repr, src, tx::Icrc::Sealed) {
             Ok(()) => WcStatus::Success,

@@ -407,6 +407,15 @@ impl Session {
                 self.qp(qpn)?;
                 let mask = QpAttrMask::from_bits(mask)
                     .ok_or_else(|| Error::inval("unknown attribute mask bits"))?;
+                let controlled = attr.qkey & crate::engine::requester::CONTROLLED_QKEY != 0;
+                if mask.contains(QpAttrMask::QKEY) && controlled && self.uid != 0 {
+                    // As Linux asks CAP_NET_RAW: a controlled Q_Key (QP 1's
+                    // among them) lets a QP send as the NIC's own.
+                    return Err(Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        "a controlled Q_Key (high bit set) is reserved to root",
+                    )));
+                }
                 d.call(ModifyQp { qpn, attr, mask })?;
                 Value::Done
             }
