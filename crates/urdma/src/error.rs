@@ -61,7 +61,14 @@ impl Error {
             Error::CqOverrun => libc::EOVERFLOW,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Timeout => libc::ETIMEDOUT,
-            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::Io(e) => e.raw_os_error().unwrap_or(match e.kind() {
+                std::io::ErrorKind::PermissionDenied => libc::EACCES,
+                std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+                std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
+                std::io::ErrorKind::InvalidInput => libc::EINVAL,
+                std::io::ErrorKind::TimedOut => libc::ETIMEDOUT,
+                _ => libc::EIO,
+            }),
         }
     }
 
