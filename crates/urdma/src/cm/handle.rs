@@ -130,13 +130,16 @@ impl Cm {
         });
     }
 
-    /// Received REQs the consumer has not yet accepted or rejected.
-    fn half_open(&self) -> usize {
+    /// Received REQs and SIDR_REQs the consumer has not yet answered.
+    pub(super) fn half_open(&self) -> usize {
         self.conns
             .values()
             .filter(|c| {
                 c.role == Role::Passive
-                    && matches!(c.state, State::ReqRcvd | State::MraReqSent)
+                    && matches!(
+                        c.state,
+                        State::ReqRcvd | State::MraReqSent | State::SidrReqRcvd
+                    )
             })
             .count()
     }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use urdma_wire::cm::{
     CmMessage, SidrRep, SidrReq, SIDR_REP_PRIVATE_LEN, SIDR_REQ_PRIVATE_LEN,
-    SIDR_STATUS_UNSUPPORTED, SIDR_STATUS_VALID,
+    SIDR_STATUS_REJECT, SIDR_STATUS_UNSUPPORTED, SIDR_STATUS_VALID,
 };
 
 /// What a SIDR_REQ asks.
@@ -142,6 +142,17 @@ impl Cm {
             let rep = SidrRep {
                 request_id: req.request_id,
                 status: SIDR_STATUS_UNSUPPORTED,
+                service_id: req.service_id,
+                ..SidrRep::default()
+            };
+            self.send(from, tid, CmMessage::SidrRep(rep));
+            return;
+        }
+        if self.half_open() >= super::handle::MAX_HALF_OPEN {
+            self.refused += 1;
+            let rep = SidrRep {
+                request_id: req.request_id,
+                status: SIDR_STATUS_REJECT,
                 service_id: req.service_id,
                 ..SidrRep::default()
             };

@@ -95,3 +95,21 @@ fn a_req_flood_holds_a_bounded_number_for_a_bounded_time() {
         .count();
     assert_eq!(gone, handle::MAX_HALF_OPEN);
 }
+
+#[test]
+fn a_sidr_flood_holds_a_bounded_number() {
+    let mut b = cm(2);
+    b.listen(SERVICE).unwrap();
+    let mut eve = Cm::new(addr(EVE).ip(), 66, 5);
+    let n = handle::MAX_HALF_OPEN + 10;
+    for _ in 0..n {
+        eve.resolve(0, &ResolveParams::new(addr(B), SERVICE)).unwrap();
+    }
+    deliver(0, &mut eve, EVE, &mut b, all);
+    let asked = events(&mut b)
+        .iter()
+        .filter(|e| matches!(e, CmEvent::ServiceRequest { .. }))
+        .count();
+    assert_eq!(asked, handle::MAX_HALF_OPEN);
+    assert_eq!(b.refused(), 10);
+}
