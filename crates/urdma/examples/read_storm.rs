@@ -82,7 +82,10 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
     })?;
     let pd = dev.alloc_pd()?;
     let cq = dev.create_cq(64)?;
-    let mr = pd.reg_mr(len as usize, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+    let mr = pd.reg_mr(
+        len as usize,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+    )?;
     let mut held = Vec::new();
     for i in 0..qps {
         let qp = pd.create_qp(&QpInitAttr::rc(&cq, &cq))?;

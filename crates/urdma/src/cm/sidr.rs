@@ -14,8 +14,8 @@ use crate::error::Result;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use urdma_wire::cm::{
-    CmMessage, SidrRep, SidrReq, SIDR_REP_PRIVATE_LEN, SIDR_REQ_PRIVATE_LEN,
-    SIDR_STATUS_REJECT, SIDR_STATUS_UNSUPPORTED, SIDR_STATUS_VALID,
+    CmMessage, SidrRep, SidrReq, SIDR_REP_PRIVATE_LEN, SIDR_REQ_PRIVATE_LEN, SIDR_STATUS_REJECT,
+    SIDR_STATUS_UNSUPPORTED, SIDR_STATUS_VALID,
 };
 
 /// What a SIDR_REQ asks.

@@ -95,7 +95,11 @@ impl Engine {
         tracing::debug!(%src, ?mad.msg, "CM MAD received");
         // A CM answers at the peer's RoCE port, whatever the source port.
         let peer = SocketAddr::new(src.ip(), self.local.port());
+        let refused = self.cm.refused();
         self.cm.handle(now, peer, &mad);
+        // Another peer's connection named, or a request beyond the bounds.
+        self.counters
+            .add(Counter::Dropped, self.cm.refused().saturating_sub(refused));
         self.flush_cm(now);
     }
 

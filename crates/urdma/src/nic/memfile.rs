@@ -81,7 +81,11 @@ mod tests {
     #[test]
     fn other_procfs_files_are_refused() {
         let s = Sentinel::of_this_process().unwrap();
-        for path in ["/proc/self/stat", "/proc/self/oom_score_adj", "/proc/1/stat"] {
+        for path in [
+            "/proc/self/stat",
+            "/proc/self/oom_score_adj",
+            "/proc/1/stat",
+        ] {
             let e = verify(&open(path, false), me(), Some(&s)).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{path}");
         }

@@ -82,9 +82,7 @@ fn a_req_flood_holds_a_bounded_number_for_a_bounded_time() {
     assert_eq!(requests, handle::MAX_HALF_OPEN);
     let rejected = b
         .drain_tx()
-        .filter(|o| {
-            matches!(&o.mad.msg, CmMessage::Rej(r) if r.reason == rej_reason::NO_RESOURCES)
-        })
+        .filter(|o| matches!(&o.mad.msg, CmMessage::Rej(r) if r.reason == rej_reason::NO_RESOURCES))
         .count();
     assert_eq!(rejected, 50);
     // None outlives the cap on a request's patience.
@@ -103,7 +101,8 @@ fn a_sidr_flood_holds_a_bounded_number() {
     let mut eve = Cm::new(addr(EVE).ip(), 66, 5);
     let n = handle::MAX_HALF_OPEN + 10;
     for _ in 0..n {
-        eve.resolve(0, &ResolveParams::new(addr(B), SERVICE)).unwrap();
+        eve.resolve(0, &ResolveParams::new(addr(B), SERVICE))
+            .unwrap();
     }
     deliver(0, &mut eve, EVE, &mut b, all);
     let asked = events(&mut b)
