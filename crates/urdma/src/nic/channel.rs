@@ -173,9 +173,21 @@ fn send_flags(
 pub struct MsgBuf {
     data: Vec<u8>,
     len: usize,
+    /// Largest message taken (None: [`super::proto::MAX_MESSAGE`]); a
+    /// longer one fails as truncated.
+    limit: Option<usize>,
 }
 
 impl MsgBuf {
+    /// A buffer for messages of at most `limit` bytes.
+    pub fn with_limit(limit: usize) -> Self {
+        MsgBuf {
+            data: Vec::new(),
+            len: 0,
+            limit: Some(limit),
+        }
+    }
+
     /// The last message received.
     pub fn bytes(&self) -> &[u8] {
         &self.data[..self.len]
@@ -231,8 +243,9 @@ fn recv_flags(
     flags: MsgFlags,
 ) -> std::io::Result<bool> {
     msg_buf.len = 0;
-    if msg_buf.data.len() <= super::proto::MAX_MESSAGE {
-        msg_buf.data.resize(super::proto::MAX_MESSAGE + 1, 0);
+    let room = msg_buf.limit.unwrap_or(super::proto::MAX_MESSAGE) + 1;
+    if msg_buf.data.len() < room {
+        msg_buf.data.resize(room, 0);
     }
     let buf = &mut msg_buf.data;
     let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);

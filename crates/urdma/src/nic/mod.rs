@@ -13,6 +13,7 @@
 //! engine inside the process (`URDMA_NIC=embedded`, or
 //! [`crate::Device::open_embedded`]) for tests and embedding.
 
+pub mod acceptor;
 pub mod agent;
 pub mod channel;
 pub mod client;
