@@ -3,6 +3,7 @@
 use clap::Args;
 use std::time::Duration;
 use urdma::nic::agent::{self, AgentOptions};
+use urdma::nic::spawn;
 
 /// Options of `urdma agent`.
 #[derive(Args)]
@@ -23,8 +24,9 @@ pub struct AgentArgs {
     open_all: bool,
 }
 
-/// Run (or detach) the agent. An agent already serving the namespace is
-/// not an error: it is the NIC the caller wanted.
+/// Run (or detach) the agent. An agent of this user or of root already
+/// serving the namespace is not an error: it is the NIC the caller
+/// wanted. A name held by any other user's process is.
 pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
     if a.detach {
         let exe = std::env::current_exe()?;
@@ -52,11 +54,16 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
         open,
         ..AgentOptions::default()
     };
-    match agent::run(&opts) {
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            tracing::info!("an agent already serves this namespace");
-            Ok(())
+    // A holder that exits between the bind and the probe frees the name.
+    for _ in 0..3 {
+        match agent::run(&opts) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if spawn::name_held(&opts.name)? {
+                    return Ok(());
+                }
+            }
+            r => return Ok(r?),
         }
-        r => Ok(r?),
     }
+    anyhow::bail!("the socket name @{} stays taken", opts.name)
 }

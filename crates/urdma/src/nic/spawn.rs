@@ -13,17 +13,71 @@ use std::time::{Duration, Instant};
 /// How long a driver waits for an agent it started to listen.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Who holds a socket name: "process PID (COMMAND) of user UID (NAME)".
+pub fn describe_holder(pid: u32, uid: u32) -> String {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| format!(" ({})", c.trim_end()))
+        .unwrap_or_default();
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| format!(" ({})", u.name))
+        .unwrap_or_default();
+    format!("process {pid}{comm} of user {uid}{user}")
+}
+
+/// The process and user that listen on the agent's socket `name`.
+pub fn holder(name: &str) -> std::io::Result<(u32, u32)> {
+    channel::peer(&channel::connect(name)?)
+}
+
+/// The agent's socket `name` is taken: true if an agent of this user or
+/// of root holds it, false if nobody listens on it any more, an error
+/// naming the holder if another user's process does (no program of the
+/// other users could use it).
+pub fn name_held(name: &str) -> std::io::Result<bool> {
+    let me = nix::unistd::getuid().as_raw();
+    match holder(name) {
+        Ok((_, uid)) if uid == me || uid == 0 => {
+            tracing::info!(name, "an agent already serves this namespace");
+            Ok(true)
+        }
+        Ok((pid, uid)) => Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!(
+                "the NIC agent's socket name @{name} is held by {}, not by root or \
+                 this user ({me}): the programs of other users cannot use it. Stop \
+                 process {pid} and start the agent again, or serve another name \
+                 (URDMA_NIC_SOCKET)",
+                describe_holder(pid, uid)
+            ),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(false),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("the socket name @{name} is taken and its holder unknown: {e}"),
+        )),
+    }
+}
+
 /// Connect to the agent and check that it runs as this user (or root),
 /// so that no other user's process can pose as the NIC and receive this
 /// process's memory.
 fn connect_checked(name: &str) -> std::io::Result<OwnedFd> {
     let fd = channel::connect(name)?;
-    let (_, uid) = channel::peer(&fd)?;
+    let (pid, uid) = channel::peer(&fd)?;
     let me = nix::unistd::getuid().as_raw();
     if uid != me && uid != 0 {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            format!("the urdma NIC agent of this namespace runs as user {uid}, not {me}"),
+            format!(
+                "the urdma NIC agent's socket name @{name} is held by {}, not by root \
+                 or by you (user {me}), so this program cannot use it: ask root to stop \
+                 process {pid} (then start the urdma-agent service, or let a program \
+                 start an agent of yours), or set URDMA_NIC_SOCKET to another name \
+                 for an agent of your own",
+                describe_holder(pid, uid)
+            ),
         ));
     }
     Ok(fd)
