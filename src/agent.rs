@@ -22,6 +22,10 @@ pub struct AgentArgs {
     /// RDMA NIC's connection manager does.
     #[arg(long)]
     open_all: bool,
+    /// Sessions (open devices of programs) one user may have at once;
+    /// beyond, opening a device fails with a message saying so.
+    #[arg(long, default_value_t = agent::AgentOptions::default().limits.max_sessions_per_user)]
+    max_sessions_per_user: usize,
 }
 
 /// Run (or detach) the agent. An agent of this user or of root already
@@ -39,6 +43,10 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
         if a.open_all {
             args.push("--open-all".to_string());
         }
+        args.push(format!(
+            "--max-sessions-per-user={}",
+            a.max_sessions_per_user
+        ));
         urdma::nic::spawn::detach(&exe, &args)?;
         return Ok(());
     }
@@ -49,11 +57,12 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
         true => urdma::config::discover()?,
         false => Vec::new(),
     };
-    let opts = AgentOptions {
+    let mut opts = AgentOptions {
         linger: (!a.persist).then(|| Duration::from_secs_f64(a.linger)),
         open,
         ..AgentOptions::default()
     };
+    opts.limits.max_sessions_per_user = a.max_sessions_per_user;
     // A holder that exits between the bind and the probe frees the name.
     for _ in 0..3 {
         match agent::run(&opts) {
