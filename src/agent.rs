@@ -67,12 +67,13 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
     for _ in 0..3 {
         match agent::run(&opts) {
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                if spawn::name_held(&opts.name)? {
+                if spawn::name_held(&opts.addr)? {
                     return Ok(());
                 }
+                std::thread::sleep(Duration::from_millis(100));
             }
             r => return Ok(r?),
         }
     }
-    anyhow::bail!("the socket name @{} stays taken", opts.name)
+    anyhow::bail!("the socket name {} stays taken", opts.addr)
 }

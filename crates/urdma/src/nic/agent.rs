@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 /// How the agent runs.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
-    /// Abstract socket name to listen on.
-    pub name: String,
+    /// Where to listen.
+    pub addr: super::addr::AgentAddr,
     /// Exit after this long with no driver connected (None: never).
     pub linger: Option<Duration>,
     /// Devices to open at start and keep open, so that their CM answers
@@ -37,7 +37,7 @@ pub struct AgentOptions {
 impl Default for AgentOptions {
     fn default() -> Self {
         AgentOptions {
-            name: channel::agent_name(),
+            addr: super::addr::own(),
             linger: Some(Duration::from_secs(5)),
             open: Vec::new(),
             limits: acceptor::Limits::default(),
@@ -294,10 +294,10 @@ fn answer(conn: &OwnedFd, a: &proto::Response) -> std::io::Result<()> {
 /// Run the agent until it has been idle for `linger`. Fails with
 /// `AddrInUse` when another agent already serves this namespace.
 pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
-    let listener = channel::listen(&opts.name)?;
+    let (listener, _file) = super::addr::listen(&opts.addr)?;
     channel::raise_fd_limit();
     channel::keep_free_memory();
-    tracing::info!(name = opts.name, "NIC agent listening");
+    tracing::info!(addr = %opts.addr, "NIC agent listening");
     let nic = Arc::new(Nic::default());
     // Held for the agent's life (a device no session opened is not a
     // reason to stay: linger still counts sessions only).

@@ -14,6 +14,7 @@
 //! [`crate::Device::open_embedded`]) for tests and embedding.
 
 pub mod acceptor;
+pub mod addr;
 pub mod agent;
 pub mod channel;
 pub mod client;
