@@ -11,6 +11,9 @@
 # 2. The unprivileged user's agent holds a name first: a root `urdma
 #    agent` on that name exits non-zero naming the holder (uid and pid),
 #    and a driver of a third user fails with an error naming it too.
+#    With no socket name given, the unprivileged user's agent cannot take
+#    the service's socket: a root agent started after it serves the third
+#    user.
 #
 # The `urdma` program is $URDMA or target/release/urdma. Creates the users
 # urdma-sec-test and urdma-sec-test2 if absent (and removes those it
@@ -242,5 +245,28 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "user $A\b" "$W/third.out" &&
     ok "driver of user $B fails, naming user $A and process $HOLDER"
 else
     bad "driver of user $B fails naming the holder (exit $rc)" "$W/third.out"
+fi
+
+# The service's own socket cannot be taken: user A's agent (no socket
+# name given) listens elsewhere, and a root agent started after it serves
+# user B.
+timeout 60 setpriv --reuid="$A" --regid="$(id -g "$A")" --clear-groups -- \
+    "$U" agent --persist 2>"$W/own.log" &
+pids+=($!)
+for _ in $(seq 100); do
+    grep -qE "@urdma-nic(-$A)?\$" /proc/net/unix && break
+    sleep 0.05
+done
+timeout 60 "$U" agent --linger 5 >"$W/service.log" 2>&1 &
+pids+=($!)
+sleep 0.5
+timeout 60 setpriv --reuid="$B" --regid="$(id -g "$B")" --clear-groups -- \
+    "$U" check --iterations 5 --qps 1 --udp-port $UDP --ctrl-port 18981 >"$W/service.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ]; then
+    ok "driver of user $B reaches the root agent while user $A runs one"
+else
+    bad "driver of user $B reaches the root agent while user $A runs one (exit $rc)" \
+        "$W/service.out" "$W/service.log"
 fi
 finish
