@@ -341,21 +341,31 @@ pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
 /// Serve a driver's session on a thread of its own; when no thread can
 /// start, refuse it (the agent and the other sessions go on).
 fn start_session(nic: &Arc<Nic>, hello: Hello) {
+    let name = format!("urdma-session-{}", hello.pid);
+    start_session_on(nic, hello, |f| {
+        std::thread::Builder::new().name(name).spawn(f).map(drop)
+    });
+}
+
+/// [`start_session`] on the thread `spawn` starts.
+fn start_session_on(
+    nic: &Arc<Nic>,
+    hello: Hello,
+    spawn: impl FnOnce(Box<dyn FnOnce() + Send>) -> std::io::Result<()>,
+) {
     let count = SessionCount::new(nic.clone());
     // The session comes to its thread once the thread runs, so that a
     // thread that cannot start leaves it here to be answered.
     let (tx, rx) = std::sync::mpsc::sync_channel::<Hello>(1);
     let (pid, uid) = (hello.pid, hello.uid);
-    let spawned = std::thread::Builder::new()
-        .name(format!("urdma-session-{pid}"))
-        .spawn(move || {
-            if let Ok(h) = rx.recv() {
-                serve(&count.0, h);
-            }
-            drop(count);
-        });
+    let spawned = spawn(Box::new(move || {
+        if let Ok(h) = rx.recv() {
+            serve(&count.0, h);
+        }
+        drop(count);
+    }));
     match spawned {
-        Ok(_) => {
+        Ok(()) => {
             let _ = tx.send(hello);
         }
         Err(e) => {
@@ -540,4 +550,40 @@ fn serve(nic: &Nic, hello: Hello) {
         }
     }
     drop(open);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_session_with_no_thread_is_refused_and_forgotten() {
+        let name = format!("urdma-agent-test-{}", std::process::id());
+        let l = channel::listen(&name).unwrap();
+        let mut door = Acceptor::new(l, acceptor::Limits::default()).unwrap();
+        let c = channel::connect(&name).unwrap();
+        let mem = std::fs::File::open("/proc/self/mem").unwrap();
+        let (_events, theirs) = channel::pair().unwrap();
+        let hello = Request::Hello {
+            version: proto::VERSION,
+            sentinel: None,
+        };
+        let m = proto::encode(&hello).unwrap();
+        channel::send(&c, &m, &[mem.as_raw_fd(), theirs.as_raw_fd()]).unwrap();
+        let hello = (0..50)
+            .find_map(|_| door.poll(Duration::from_millis(20)).unwrap().pop())
+            .expect("a Hello");
+        let uid = hello.uid;
+        let nic = Arc::new(Nic::default());
+        start_session_on(&nic, hello, |_| Err(std::io::ErrorKind::OutOfMemory.into()));
+        assert_eq!(nic.sessions.load(Ordering::Acquire), 0);
+        assert_eq!(door.sessions().count(uid), 0);
+        let mut buf = channel::MsgBuf::default();
+        assert!(channel::recv(&c, &mut buf, &mut Vec::new()).unwrap());
+        match proto::decode::<proto::Response>(buf.bytes()).unwrap() {
+            Err(proto::WireError::Exhausted(m)) => assert!(m.contains("cannot start"), "{m}"),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
 }
