@@ -257,8 +257,8 @@ for _ in $(seq 100); do
     grep -qE "@urdma-nic(-$A)?\$" /proc/net/unix && break
     sleep 0.05
 done
-timeout 60 "$U" agent --linger 5 >"$W/service.log" 2>&1 &
-pids+=($!)
+timeout 60 "$U" agent --linger 2 >"$W/service.log" 2>&1 &
+SERVICE=$!
 sleep 0.5
 timeout 60 setpriv --reuid="$B" --regid="$(id -g "$B")" --clear-groups -- \
     "$U" check --iterations 5 --qps 1 --udp-port $UDP --ctrl-port 18981 >"$W/service.out" 2>&1
@@ -269,4 +269,6 @@ else
     bad "driver of user $B reaches the root agent while user $A runs one (exit $rc)" \
         "$W/service.out" "$W/service.log"
 fi
+# Idle, it exits on its own (and removes its socket file).
+wait "$SERVICE"
 finish
