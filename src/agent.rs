@@ -3,6 +3,7 @@
 use clap::Args;
 use std::time::Duration;
 use urdma::nic::agent::{self, AgentOptions};
+use urdma::nic::spawn;
 
 /// Options of `urdma agent`.
 #[derive(Args)]
@@ -21,10 +22,15 @@ pub struct AgentArgs {
     /// RDMA NIC's connection manager does.
     #[arg(long)]
     open_all: bool,
+    /// Sessions (open devices of programs) one user may have at once;
+    /// beyond, opening a device fails with a message saying so.
+    #[arg(long, default_value_t = agent::AgentOptions::default().limits.max_sessions_per_user)]
+    max_sessions_per_user: usize,
 }
 
-/// Run (or detach) the agent. An agent already serving the namespace is
-/// not an error: it is the NIC the caller wanted.
+/// Run (or detach) the agent. An agent of this user or of root already
+/// serving the namespace is not an error: it is the NIC the caller
+/// wanted. A name held by any other user's process is.
 pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
     if a.detach {
         let exe = std::env::current_exe()?;
@@ -37,6 +43,10 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
         if a.open_all {
             args.push("--open-all".to_string());
         }
+        args.push(format!(
+            "--max-sessions-per-user={}",
+            a.max_sessions_per_user
+        ));
         urdma::nic::spawn::detach(&exe, &args)?;
         return Ok(());
     }
@@ -47,16 +57,23 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
         true => urdma::config::discover()?,
         false => Vec::new(),
     };
-    let opts = AgentOptions {
+    let mut opts = AgentOptions {
         linger: (!a.persist).then(|| Duration::from_secs_f64(a.linger)),
         open,
         ..AgentOptions::default()
     };
-    match agent::run(&opts) {
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            tracing::info!("an agent already serves this namespace");
-            Ok(())
+    opts.limits.max_sessions_per_user = a.max_sessions_per_user;
+    // A holder that exits between the bind and the probe frees the name.
+    for _ in 0..3 {
+        match agent::run(&opts) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if spawn::name_held(&opts.addr)? {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return Ok(r?),
         }
-        r => Ok(r?),
     }
+    anyhow::bail!("the socket name {} stays taken", opts.addr)
 }

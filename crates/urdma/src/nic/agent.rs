@@ -3,6 +3,7 @@
 //! runs one engine per address, and serves the drivers of every process
 //! through the protocol of [`super::proto`].
 
+use super::acceptor::{self, Acceptor, Hello};
 use super::channel;
 use super::kernel::{KernelNic, KernelObject};
 use super::proto::{self, Event, Request, Value};
@@ -14,7 +15,7 @@ use crate::procmem::ProcessMemory;
 use crate::types::{AsyncEvent, AsyncEventKind};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -22,21 +23,24 @@ use std::time::{Duration, Instant};
 /// How the agent runs.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
-    /// Abstract socket name to listen on.
-    pub name: String,
+    /// Where to listen.
+    pub addr: super::addr::AgentAddr,
     /// Exit after this long with no driver connected (None: never).
     pub linger: Option<Duration>,
     /// Devices to open at start and keep open, so that their CM answers
     /// connection requests before any program uses them.
     pub open: Vec<DeviceConfig>,
+    /// Bounds of connections before their Hello, and of sessions per user.
+    pub limits: acceptor::Limits,
 }
 
 impl Default for AgentOptions {
     fn default() -> Self {
         AgentOptions {
-            name: channel::agent_name(),
+            addr: super::addr::own(),
             linger: Some(Duration::from_secs(5)),
             open: Vec::new(),
+            limits: acceptor::Limits::default(),
         }
     }
 }
@@ -290,10 +294,10 @@ fn answer(conn: &OwnedFd, a: &proto::Response) -> std::io::Result<()> {
 /// Run the agent until it has been idle for `linger`. Fails with
 /// `AddrInUse` when another agent already serves this namespace.
 pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
-    let listener = channel::listen(&opts.name)?;
+    let (listener, _file) = super::addr::listen(&opts.addr)?;
     channel::raise_fd_limit();
     channel::keep_free_memory();
-    tracing::info!(name = opts.name, "NIC agent listening");
+    tracing::info!(addr = %opts.addr, "NIC agent listening");
     let nic = Arc::new(Nic::default());
     // Held for the agent's life (a device no session opened is not a
     // reason to stay: linger still counts sessions only).
@@ -308,7 +312,7 @@ pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
             }
         })
         .collect();
-    let me = nix::unistd::getuid().as_raw();
+    let mut door = Acceptor::new(listener, opts.limits.clone())?;
     let mut idle_since = Some(Instant::now());
     loop {
         let wait = match (opts.linger, idle_since) {
@@ -318,26 +322,14 @@ pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
                     tracing::info!("no driver left: the agent exits");
                     return Ok(());
                 }
-                Some(left.min(Duration::from_millis(500)))
+                left.min(Duration::from_millis(500))
             }
-            _ => Some(Duration::from_millis(500)),
+            _ => Duration::from_millis(500),
         };
-        if crate::fabric::batch::wait_readable(listener.as_raw_fd(), wait)? {
-            match channel::accept(&listener) {
-                Ok(conn) => {
-                    if let Err(e) = start_session(&nic, conn, me) {
-                        tracing::warn!(error = %e, "driver refused");
-                    }
-                }
-                Err(e) => {
-                    // Out of descriptors: the listener stays readable, so
-                    // wait instead of spinning on it.
-                    tracing::warn!(error = %e, "accept failed");
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
+        for hello in door.poll(wait)? {
+            start_session(&nic, hello);
         }
-        let busy = nic.sessions.load(Ordering::Acquire) > 0;
+        let busy = nic.sessions.load(Ordering::Acquire) > 0 || door.pending() > 0;
         idle_since = match (busy, idle_since) {
             (true, _) => None,
             (false, None) => Some(Instant::now()),
@@ -346,22 +338,44 @@ pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
     }
 }
 
-fn start_session(nic: &Arc<Nic>, conn: OwnedFd, me: u32) -> std::io::Result<()> {
-    let (pid, uid) = channel::peer(&conn)?;
-    if uid != me && me != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!("driver of user {uid} refused by the agent of user {me}"),
-        ));
-    }
+/// Serve a driver's session on a thread of its own; when no thread can
+/// start, refuse it (the agent and the other sessions go on).
+fn start_session(nic: &Arc<Nic>, hello: Hello) {
+    let name = format!("urdma-session-{}", hello.pid);
+    start_session_on(nic, hello, |f| {
+        std::thread::Builder::new().name(name).spawn(f).map(drop)
+    });
+}
+
+/// [`start_session`] on the thread `spawn` starts.
+fn start_session_on(
+    nic: &Arc<Nic>,
+    hello: Hello,
+    spawn: impl FnOnce(Box<dyn FnOnce() + Send>) -> std::io::Result<()>,
+) {
     let count = SessionCount::new(nic.clone());
-    std::thread::Builder::new()
-        .name(format!("urdma-session-{pid}"))
-        .spawn(move || {
-            serve(&count.0, conn, pid, uid);
-            drop(count);
-        })
-        .map(|_| ())
+    // The session comes to its thread once the thread runs, so that a
+    // thread that cannot start leaves it here to be answered.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Hello>(1);
+    let (pid, uid) = (hello.pid, hello.uid);
+    let spawned = spawn(Box::new(move || {
+        if let Ok(h) = rx.recv() {
+            serve(&count.0, h);
+        }
+        drop(count);
+    }));
+    match spawned {
+        Ok(()) => {
+            let _ = tx.send(hello);
+        }
+        Err(e) => {
+            tracing::warn!(pid, uid, error = %e, "no thread for a session: refused");
+            acceptor::refuse(
+                &hello.conn,
+                &Error::Exhausted(format!("the NIC agent cannot start a session now: {e}")),
+            );
+        }
+    }
 }
 
 /// One live session in the count the agent lingers on; dropped when the
@@ -402,41 +416,23 @@ impl Drop for OpenSession<'_> {
 }
 
 /// Serve one driver until it closes (or dies), then tear its objects down.
-fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
+fn serve(nic: &Nic, hello: Hello) {
+    let Hello {
+        conn,
+        pid,
+        uid,
+        mem,
+        events,
+        sentinel,
+        slot: _slot,
+    } = hello;
+    let mem = std::fs::File::from(mem);
+    if let Err(e) = super::memfile::verify(&mem, pid, sentinel.as_ref()) {
+        acceptor::refuse(&conn, &Error::Io(e));
+        return;
+    }
     let mut buf = channel::MsgBuf::default();
     let mut fds = Vec::new();
-    // Hello: the memory file and the event socket.
-    let hello = channel::recv(&conn, &mut buf, &mut fds).and_then(|open| {
-        let req: Request = if open {
-            proto::decode(buf.bytes())?
-        } else {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        };
-        match req {
-            Request::Hello { version, sentinel } if version == proto::VERSION && fds.len() == 2 => {
-                let events = fds.pop().expect("two descriptors");
-                let mem = fds.pop().expect("two descriptors");
-                let mem = std::fs::File::from(mem);
-                super::memfile::verify(&mem, pid, sentinel.as_ref())?;
-                Ok((mem, events, sentinel))
-            }
-            Request::Hello { version, .. } => Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("driver protocol {version}, agent {}", proto::VERSION),
-            )),
-            _ => Err(std::io::ErrorKind::InvalidData.into()),
-        }
-    });
-    let (mem, events, sentinel) = match hello {
-        Ok(h) => h,
-        Err(e) => {
-            let answer: proto::Response = Err(proto::WireError::from(&Error::Io(e)));
-            if let Ok(m) = proto::encode(&answer) {
-                let _ = channel::send(&conn, &m, &[]);
-            }
-            return;
-        }
-    };
     if let Ok(m) = proto::encode(&Ok::<Value, proto::WireError>(Value::Done)) {
         if channel::send(&conn, &m, &[]).is_err() {
             return;
@@ -550,4 +546,40 @@ fn serve(nic: &Nic, conn: OwnedFd, pid: u32, uid: u32) {
         }
     }
     drop(open);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_session_with_no_thread_is_refused_and_forgotten() {
+        let name = format!("urdma-agent-test-{}", std::process::id());
+        let l = channel::listen(&name).unwrap();
+        let mut door = Acceptor::new(l, acceptor::Limits::default()).unwrap();
+        let c = channel::connect(&name).unwrap();
+        let mem = std::fs::File::open("/proc/self/mem").unwrap();
+        let (_events, theirs) = channel::pair().unwrap();
+        let hello = Request::Hello {
+            version: proto::VERSION,
+            sentinel: None,
+        };
+        let m = proto::encode(&hello).unwrap();
+        channel::send(&c, &m, &[mem.as_raw_fd(), theirs.as_raw_fd()]).unwrap();
+        let hello = (0..50)
+            .find_map(|_| door.poll(Duration::from_millis(20)).unwrap().pop())
+            .expect("a Hello");
+        let uid = hello.uid;
+        let nic = Arc::new(Nic::default());
+        start_session_on(&nic, hello, |_| Err(std::io::ErrorKind::OutOfMemory.into()));
+        assert_eq!(nic.sessions.load(Ordering::Acquire), 0);
+        assert_eq!(door.sessions().count(uid), 0);
+        let mut buf = channel::MsgBuf::default();
+        assert!(channel::recv(&c, &mut buf, &mut Vec::new()).unwrap());
+        match proto::decode::<proto::Response>(buf.bytes()).unwrap() {
+            Err(proto::WireError::Exhausted(m)) => assert!(m.contains("cannot start"), "{m}"),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
 }

@@ -13,16 +13,6 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// Descriptors one message may carry.
 pub const MAX_FDS: usize = 4;
 
-/// The abstract socket name of the NIC agent: `URDMA_NIC_SOCKET` if set,
-/// else `urdma-nic`. Abstract names belong to the network namespace, as
-/// the addresses the NIC serves do: each namespace has its own NIC.
-pub fn agent_name() -> String {
-    std::env::var("URDMA_NIC_SOCKET")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "urdma-nic".to_string())
-}
-
 fn io(e: nix::Error) -> std::io::Error {
     std::io::Error::from_raw_os_error(e as i32)
 }
@@ -44,6 +34,23 @@ pub fn listen(name: &str) -> std::io::Result<OwnedFd> {
     let addr = UnixAddr::new_abstract(name.as_bytes()).map_err(io)?;
     socket::bind(fd.as_raw_fd(), &addr).map_err(io)?;
     socket::listen(&fd, Backlog::new(128).map_err(io)?).map_err(io)?;
+    Ok(fd)
+}
+
+/// Listen on a socket file at `path` (which must not exist).
+pub fn listen_path(path: &std::path::Path) -> std::io::Result<OwnedFd> {
+    let fd = seqpacket()?;
+    let addr = UnixAddr::new(path).map_err(io)?;
+    socket::bind(fd.as_raw_fd(), &addr).map_err(io)?;
+    socket::listen(&fd, Backlog::new(128).map_err(io)?).map_err(io)?;
+    Ok(fd)
+}
+
+/// Connect to the socket file at `path`.
+pub fn connect_path(path: &std::path::Path) -> std::io::Result<OwnedFd> {
+    let fd = seqpacket()?;
+    let addr = UnixAddr::new(path).map_err(io)?;
+    socket::connect(fd.as_raw_fd(), &addr).map_err(io)?;
     Ok(fd)
 }
 
@@ -173,9 +180,21 @@ fn send_flags(
 pub struct MsgBuf {
     data: Vec<u8>,
     len: usize,
+    /// Largest message taken (None: [`super::proto::MAX_MESSAGE`]); a
+    /// longer one fails as truncated.
+    limit: Option<usize>,
 }
 
 impl MsgBuf {
+    /// A buffer for messages of at most `limit` bytes.
+    pub fn with_limit(limit: usize) -> Self {
+        MsgBuf {
+            data: Vec::new(),
+            len: 0,
+            limit: Some(limit),
+        }
+    }
+
     /// The last message received.
     pub fn bytes(&self) -> &[u8] {
         &self.data[..self.len]
@@ -231,8 +250,9 @@ fn recv_flags(
     flags: MsgFlags,
 ) -> std::io::Result<bool> {
     msg_buf.len = 0;
-    if msg_buf.data.len() <= super::proto::MAX_MESSAGE {
-        msg_buf.data.resize(super::proto::MAX_MESSAGE + 1, 0);
+    let room = msg_buf.limit.unwrap_or(super::proto::MAX_MESSAGE) + 1;
+    if msg_buf.data.len() < room {
+        msg_buf.data.resize(room, 0);
     }
     let buf = &mut msg_buf.data;
     let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);

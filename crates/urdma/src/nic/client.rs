@@ -121,7 +121,16 @@ impl AgentLink {
             version: proto::VERSION,
             sentinel: crate::procmem::Sentinel::of_this_process(),
         })?;
-        channel::send(&fd, &hello, &[mem.as_raw_fd(), events_theirs.as_raw_fd()])?;
+        if let Err(e) = channel::send(&fd, &hello, &[mem.as_raw_fd(), events_theirs.as_raw_fd()]) {
+            // An agent that refused the connection at once left its reason.
+            let mut buf = channel::MsgBuf::default();
+            if let Ok(true) = channel::try_recv(&fd, &mut buf, &mut Vec::new()) {
+                if let Ok(Err(why)) = proto::decode::<proto::Response>(buf.bytes()) {
+                    return Err(why.into());
+                }
+            }
+            return Err(e.into());
+        }
         drop((mem, events_theirs));
         let mut chan = Channel {
             fd,

@@ -13,6 +13,8 @@
 //! engine inside the process (`URDMA_NIC=embedded`, or
 //! [`crate::Device::open_embedded`]) for tests and embedding.
 
+pub mod acceptor;
+pub mod addr;
 pub mod agent;
 pub mod channel;
 pub mod client;

@@ -1,7 +1,9 @@
-//! Finding the NIC agent, and starting it when none runs: the first
-//! driver of a namespace starts `urdma agent`, which outlives it and
-//! exits on its own once no driver has used it for a while.
+//! Finding the NIC agent, and starting it when none runs: the service
+//! first, else this user's agent (see [`super::addr`]); the first driver
+//! that finds neither starts `urdma agent`, which outlives it and exits
+//! on its own once no driver has used it for a while.
 
+use super::addr::{self, AgentAddr};
 use super::channel;
 use crate::error::{Error, Result};
 use std::os::fd::OwnedFd;
@@ -13,17 +15,81 @@ use std::time::{Duration, Instant};
 /// How long a driver waits for an agent it started to listen.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Connect to the agent and check that it runs as this user (or root),
-/// so that no other user's process can pose as the NIC and receive this
-/// process's memory.
-fn connect_checked(name: &str) -> std::io::Result<OwnedFd> {
-    let fd = channel::connect(name)?;
-    let (_, uid) = channel::peer(&fd)?;
+/// Who holds a socket name: "process PID (COMMAND) of user UID (NAME)".
+pub fn describe_holder(pid: u32, uid: u32) -> String {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| format!(" ({})", c.trim_end()))
+        .unwrap_or_default();
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| format!(" ({})", u.name))
+        .unwrap_or_default();
+    format!("process {pid}{comm} of user {uid}{user}")
+}
+
+/// The process and user that listen at `addr`.
+pub fn holder(addr: &AgentAddr) -> std::io::Result<(u32, u32)> {
+    channel::peer(&addr::connect(addr)?)
+}
+
+/// True when no agent listens at `addr` (none ever did, or it died).
+fn nobody_at(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+    )
+}
+
+/// An agent could not listen at `addr`, which is taken: true if an agent
+/// of this user or of root holds it, false if nobody listens there any
+/// more, an error naming the holder if another user's process does (no
+/// program of the other users could use it).
+pub fn name_held(addr: &AgentAddr) -> std::io::Result<bool> {
     let me = nix::unistd::getuid().as_raw();
-    if uid != me && uid != 0 {
+    match holder(addr) {
+        Ok((_, uid)) if uid == me || uid == 0 => {
+            tracing::info!(%addr, "an agent already serves this namespace");
+            Ok(true)
+        }
+        Ok((pid, uid)) => Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!(
+                "the NIC agent's socket name {addr} is held by {}, not by root or \
+                 this user ({me}): the programs of other users cannot use it. Stop \
+                 process {pid} and start the agent again, or serve another name \
+                 (URDMA_NIC_SOCKET)",
+                describe_holder(pid, uid)
+            ),
+        )),
+        Err(e) if nobody_at(&e) => Ok(false),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("the socket name {addr} is taken and its holder unknown: {e}"),
+        )),
+    }
+}
+
+/// Connect to the agent at `addr` and check that it runs as root (the
+/// only user a socket file of the service can be of) or, at an abstract
+/// name, as this user, so that no other user's process can pose as the
+/// NIC and receive this process's memory.
+fn connect_checked(addr: &AgentAddr) -> std::io::Result<OwnedFd> {
+    let fd = addr::connect(addr)?;
+    let (pid, uid) = channel::peer(&fd)?;
+    let me = nix::unistd::getuid().as_raw();
+    let service = matches!(addr, AgentAddr::Path(_));
+    if uid != 0 && (service || uid != me) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            format!("the urdma NIC agent of this namespace runs as user {uid}, not {me}"),
+            format!(
+                "the urdma NIC agent's socket name {addr} is held by {}, not by root \
+                 or by you (user {me}), so this program cannot use it: ask root to stop \
+                 process {pid} (then start the urdma-agent service, or let a program \
+                 start an agent of yours), or set URDMA_NIC_SOCKET to another name \
+                 for an agent of your own",
+                describe_holder(pid, uid)
+            ),
         ));
     }
     Ok(fd)
@@ -59,11 +125,15 @@ pub fn agent_binary() -> Option<PathBuf> {
 
 /// A connection to the agent, starting it first if none listens.
 pub fn connect_or_start() -> Result<OwnedFd> {
-    let name = channel::agent_name();
-    match connect_checked(&name) {
-        Ok(fd) => return Ok(fd),
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
-        Err(e) => return Err(e.into()),
+    let own = addr::own();
+    for a in addr::candidates() {
+        match connect_checked(&a) {
+            Ok(fd) => return Ok(fd),
+            Err(e) if nobody_at(&e) => {}
+            // A service socket that fails its checks is not the service.
+            Err(e) if a != own => tracing::warn!(addr = %a, error = %e, "agent not used"),
+            Err(e) => return Err(e.into()),
+        }
     }
     let bin = agent_binary().ok_or_else(|| {
         Error::Io(std::io::Error::new(
@@ -72,10 +142,10 @@ pub fn connect_or_start() -> Result<OwnedFd> {
              (set URDMA_AGENT_BIN, or URDMA_NIC=embedded for a NIC inside this process)",
         ))
     })?;
-    tracing::debug!(bin = %bin.display(), "starting the NIC agent");
+    tracing::debug!(bin = %bin.display(), %own, "starting the NIC agent");
+    // The agent finds the same address (URDMA_NIC_SOCKET passes on).
     let status = Command::new(&bin)
         .args(["agent", "--detach"])
-        .env("URDMA_NIC_SOCKET", &name)
         // Programs ask the agent for their own captures.
         .env_remove("URDMA_PCAP")
         .stdin(Stdio::null())
@@ -86,9 +156,9 @@ pub fn connect_or_start() -> Result<OwnedFd> {
     }
     let start = Instant::now();
     loop {
-        match connect_checked(&name) {
+        match connect_checked(&own) {
             Ok(fd) => return Ok(fd),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            Err(e) if nobody_at(&e) => {}
             Err(e) => return Err(e.into()),
         }
         if start.elapsed() > START_TIMEOUT {
