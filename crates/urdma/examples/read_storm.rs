@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use urdma::api::ConnectOptions;
-use urdma::nic::channel;
+use urdma::nic::{addr, channel};
 use urdma::{AccessFlags, Device, DeviceConfig, Endpoint, Gid, Mtu, QpInitAttr};
 use urdma_wire::{Bth, IcrcContext, Opcode, PacketRepr, Reth};
 
@@ -42,6 +42,18 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> Option<T>
         Some(s) => s.parse().ok(),
         None => Some(default),
     }
+}
+
+/// A connection to the agent a driver of this process would use.
+fn connect_agent() -> std::io::Result<std::os::fd::OwnedFd> {
+    let mut last = Err(std::io::ErrorKind::NotFound.into());
+    for a in addr::candidates() {
+        match addr::connect(&a) {
+            Ok(fd) => return Ok(fd),
+            Err(e) => last = Err(e),
+        }
+    }
+    last
 }
 
 fn main() -> ExitCode {
@@ -69,7 +81,7 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let secs: u64 = arg(&args, 4, 10).ok_or(usage)?;
     let limit_mib: u64 = arg(&args, 5, 64).ok_or(usage)?;
 
-    let probe = channel::connect(&channel::agent_name())?;
+    let probe = connect_agent()?;
     let (agent, _) = channel::peer(&probe)?;
     drop(probe);
 
