@@ -152,6 +152,9 @@ pub(crate) struct Ctx<'a> {
     /// The requester's buffer of the READ request being handled, when the
     /// requester is a device of this NIC ([`dma`]).
     pub sink: Option<&'a dma::DmaSource>,
+    /// The QPs with responses waiting and what the device may still queue
+    /// of READ responses ([`responder::Responding`]).
+    pub responding: &'a mut responder::Responding,
 }
 
 impl<'a> Ctx<'a> {
@@ -256,6 +259,9 @@ pub struct Engine {
     device_window: u64,
     /// Where the QPs' timers report their deadlines.
     timer_index: Arc<timer::TimerIndex>,
+    /// The QPs whose responders have READ responses (or what follows
+    /// them) to send.
+    responding: responder::Responding,
 }
 
 impl Engine {
@@ -297,6 +303,7 @@ impl Engine {
             device_inflight: 0,
             device_window: device_window::DEVICE_WINDOW,
             timer_index: Arc::default(),
+            responding: responder::Responding::default(),
         }
     }
 
@@ -365,6 +372,7 @@ impl Engine {
 
     /// Take the datagrams produced so far.
     pub fn drain_tx(&mut self) -> std::collections::vec_deque::Drain<'_, Transmit> {
+        self.responding.drained();
         self.tx.drain(..)
     }
 
@@ -408,6 +416,7 @@ impl Engine {
                 device_window: self.device_window,
                 dma: None,
                 sink: None,
+                responding: &mut self.responding,
             },
         )
     }
@@ -423,7 +432,10 @@ impl Engine {
         } else {
             self.timer_index.earliest(&self.qps)
         };
-        qps.into_iter().chain(self.cm.next_deadline()).min()
+        qps.into_iter()
+            .chain(self.cm.next_deadline())
+            .chain(self.responding.deadline())
+            .min()
     }
 
     /// Run expired timers.
@@ -459,6 +471,7 @@ impl Engine {
             self.cm.on_timer(now);
             self.flush_cm(now);
         }
+        self.send_responses(now);
     }
 
     /// Process several datagrams received together; ACKs they call for are

@@ -50,8 +50,9 @@ pub(super) enum Target<'m> {
     /// A WRITE: a new one's context, or None to continue the one in
     /// progress.
     Write(Option<WriteCtx>),
-    /// A READ of `len` bytes (no range for zero bytes).
-    Read(Option<Range<'m>>, usize),
+    /// A READ of `len` bytes (no range for zero bytes) under the RETH's
+    /// R_Key and address.
+    Read(Option<Range<'m>>, usize, Reth),
     /// An atomic on 8 bytes; true for compare-and-swap.
     Atomic(Range<'m>, AtomicEth, bool),
 }
@@ -80,6 +81,11 @@ pub(super) enum Plan<'m> {
         range: Option<Range<'m>>,
         /// The DMA length.
         len: usize,
+        /// The R_Key, under which every window of responses looks the
+        /// bytes up again.
+        rkey: u32,
+        /// The address of the first byte.
+        va: u64,
     },
     /// An atomic.
     Atomic {
@@ -271,7 +277,7 @@ pub(super) fn target<'m>(
         Op::Read(reth) => {
             let len = dma_len(&reth)?;
             let range = remote_range(qp, mrs, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)?;
-            Ok(Target::Read(range, len))
+            Ok(Target::Read(range, len, reth))
         }
         Op::Atomic(eth, swap) => {
             if eth.va % 8 != 0 {
@@ -320,7 +326,12 @@ pub(super) fn resources<'m>(
             };
             Plan::Write { ctx, recv }
         }
-        Target::Read(range, len) => Plan::Read { range, len },
+        Target::Read(range, len, reth) => Plan::Read {
+            range,
+            len,
+            rkey: reth.rkey,
+            va: reth.va,
+        },
         Target::Atomic(range, eth, swap) => Plan::Atomic { range, eth, swap },
     })
 }
