@@ -10,7 +10,7 @@ use crate::engine::mw::{self, MwTable};
 use crate::engine::qp::{QpCtx, WriteCtx};
 use crate::engine::rings::NoRecv;
 use crate::engine::wqe::RecvWqe;
-use crate::engine::{psn, srq, Ctx};
+use crate::engine::{psn, srq, Counter, Ctx};
 use crate::mr::{self, MrEntry, MrTable};
 use crate::types::{AccessFlags, QpState, QpType};
 use std::sync::Arc;
@@ -300,6 +300,17 @@ pub(super) fn take_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Result<RecvWqe, Res
     })
 }
 
+/// A new READ or atomic request finds fewer than the QP's
+/// `max_dest_rd_atomic` not yet fully answered; else it is an invalid
+/// request (IBTA: too many outstanding READ/atomic requests), counted.
+fn rd_atomic_room(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Result<(), RespError> {
+    if qp.resp.out.outstanding() >= usize::from(qp.attr.max_dest_rd_atomic) {
+        cx.count(&mut qp.counters, Counter::RdAtomicRefused);
+        return Err(RespError::InvalidRequest);
+    }
+    Ok(())
+}
+
 /// Step 6: the receive WQE a SEND fills (a new one for its first packet,
 /// the one in progress after) or a WRITE with immediate data completes.
 pub(super) fn resources<'m>(
@@ -326,13 +337,19 @@ pub(super) fn resources<'m>(
             };
             Plan::Write { ctx, recv }
         }
-        Target::Read(range, len, reth) => Plan::Read {
-            range,
-            len,
-            rkey: reth.rkey,
-            va: reth.va,
-        },
-        Target::Atomic(range, eth, swap) => Plan::Atomic { range, eth, swap },
+        Target::Read(range, len, reth) => {
+            rd_atomic_room(qp, cx)?;
+            Plan::Read {
+                range,
+                len,
+                rkey: reth.rkey,
+                va: reth.va,
+            }
+        }
+        Target::Atomic(range, eth, swap) => {
+            rd_atomic_room(qp, cx)?;
+            Plan::Atomic { range, eth, swap }
+        }
     })
 }
 

@@ -46,7 +46,8 @@ pub(super) enum RespError {
     /// than the one in progress.
     WrongContinuation,
     /// Not allowed here: missing QP access rights, SEND with invalidate, a
-    /// misaligned atomic, a wrong Q_Key.
+    /// misaligned atomic, a wrong Q_Key, a READ or atomic beyond the QP's
+    /// `max_dest_rd_atomic` not yet answered.
     InvalidRequest,
     /// A payload that does not suit its place in the message, the path MTU
     /// or what remains of the message; a DMA length above any message; a

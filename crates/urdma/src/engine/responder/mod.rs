@@ -21,8 +21,8 @@
 //! 5. R_Key and access through the one MR lookup ([`crate::mr::lookup`]),
 //!    then the payload against what remains of the message;
 //! 6. resources: the receive WQE of a SEND or of a WRITE with immediate
-//!    data (READ and atomic requests need none: their history is bounded,
-//!    their responses wait in [`outbound`]);
+//!    data; for a READ or atomic, fewer than `max_dest_rd_atomic` of them
+//!    not yet fully answered (their responses wait in [`outbound`]);
 //! 7. execute: copy, reply, complete ([`execute`]), then acknowledge.
 //!
 //! Resources come last among the checks: a request that is wrong in any

@@ -110,6 +110,13 @@ impl Outbound {
         self.queue.is_empty()
     }
 
+    /// READ and atomic requests not yet fully answered.
+    pub fn outstanding(&self) -> usize {
+        (self.queue.iter())
+            .filter(|q| matches!(q, Queued::Read(_) | Queued::Packet(_, true)))
+            .count()
+    }
+
     /// Forget every response waiting.
     pub fn clear(&mut self) {
         self.queue.clear();
