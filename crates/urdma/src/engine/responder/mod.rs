@@ -47,6 +47,8 @@ use error::Refusal;
 use urdma_wire::Packet;
 
 pub use outbound::{Outbound, Responding};
+#[cfg(test)]
+pub use outbound::{DEVICE_READ_BYTES, PACE_NS, READ_WINDOW};
 pub use reorder::{Held, HeldBudget};
 pub use reply::flush_ack;
 
