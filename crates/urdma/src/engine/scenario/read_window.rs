@@ -3,13 +3,14 @@
 
 use super::{opts, pattern, Pkt, Solo, MTU};
 use crate::api::ConnectOptions;
-use crate::engine::command::{DeregMr, RegMr};
+use crate::engine::command::{DeregMr, DestroyQp, ModifyQp, RegMr};
 use crate::engine::responder::{DEVICE_READ_BYTES, PACE_NS, READ_WINDOW};
 use crate::engine::Counter;
 use crate::mem::MemRegion;
 use crate::shm::SharedMapping;
-use crate::types::{AccessFlags, QpState};
-use urdma_wire::{AckSyndrome, NakCode, Opcode, Reth};
+use crate::types::{AccessFlags, QpAttrMask, QpState};
+use crate::verbs::QpAttr;
+use urdma_wire::{AckSyndrome, AtomicEth, NakCode, Opcode, Reth};
 
 /// The largest READ IBTA allows (2 GiB).
 const TWO_GIB: usize = 1 << 31;
@@ -270,4 +271,86 @@ fn answered_reads_leave_room_under_max_dest_rd_atomic() {
     assert_eq!(got.len(), 4);
     assert!(got.iter().all(|p| p.opcode() != Opcode::RcAck));
     assert_eq!(s.node.count(Counter::RdAtomicRefused), 0);
+}
+
+/// The peer sends a fetch-and-add of `add` on the 8 bytes at `va`, PSN `p`.
+fn fetch_add(s: &mut Solo, p: u32, va: u64, add: u64) {
+    let mut req = s.bth(Opcode::RcFetchAdd, p);
+    req.atomic_eth = Some(AtomicEth {
+        va,
+        rkey: s.node.mr.rkey,
+        swap_add: add,
+        compare: 0,
+    });
+    s.send(&req, &[]);
+}
+
+/// Rule: an atomic that follows a READ still being answered executes in
+/// its turn, but its ACK waits behind the READ's responses and counts as
+/// not yet answered: with max_dest_rd_atomic 2, a READ after both is an
+/// invalid request.
+#[test]
+fn an_atomic_ack_waits_behind_a_read_and_counts_as_outstanding() {
+    let o = ConnectOptions {
+        max_dest_rd_atomic: 2,
+        ..opts()
+    };
+    let mut s = Solo::new(&o);
+    let len = 100 * MTU;
+    let (rkey, _mr) = big_region(&mut s, len);
+    read_request(&mut s, 0, BIG_VA, rkey, len);
+    assert_eq!(s.recv_all().len(), READ_WINDOW as usize);
+    s.node.write(0x100, &5u64.to_ne_bytes());
+    let counter = s.node.va(0x100);
+    fetch_add(&mut s, 100, counter, 3);
+    assert!(s.recv_all().is_empty(), "the atomic ACK waits");
+    assert_eq!(s.node.read(0x100, 8), 8u64.to_ne_bytes(), "executed");
+    let rest = next_pass(&mut s);
+    assert_eq!(rest.len(), 100 - READ_WINDOW as usize + 1);
+    let ack = rest.last().expect("the atomic ACK");
+    assert_eq!((ack.opcode(), ack.psn()), (Opcode::RcAtomicAck, 100));
+    assert_eq!(ack.repr.atomic_ack_eth.map(|a| a.orig), Some(5));
+
+    let (va, rk) = (BIG_VA, rkey);
+    read_request(&mut s, 101, va, rk, len);
+    fetch_add(&mut s, 201, counter, 1);
+    read_request(&mut s, 202, va, rk, 8);
+    let out = s.recv_all();
+    let nak = out.last().expect("a NAK");
+    assert_eq!((nak.opcode(), nak.psn()), (Opcode::RcAck, 202));
+    assert_eq!(
+        nak.syndrome(),
+        Some(AckSyndrome::Nak(NakCode::InvalidRequest))
+    );
+    assert_eq!(s.node.count(Counter::RdAtomicRefused), 1);
+}
+
+/// Rule: a QP moved to RESET, or destroyed, while a READ is being
+/// answered sends none of its remaining responses.
+#[test]
+fn reset_and_destroy_drop_the_responses_waiting() {
+    for destroy in [false, true] {
+        let mut s = Solo::new(&opts());
+        let (rkey, _mr) = big_region(&mut s, TWO_GIB);
+        read_request(&mut s, 0, BIG_VA, rkey, TWO_GIB);
+        assert_eq!(s.recv_all().len(), READ_WINDOW as usize);
+        let qpn = s.node.qpn;
+        if destroy {
+            s.node.eng.call(s.now, DestroyQp { qpn }).expect("destroy");
+        } else {
+            let attr = QpAttr {
+                qp_state: QpState::Reset,
+                ..QpAttr::default()
+            };
+            let mask = QpAttrMask::STATE;
+            let modify = ModifyQp { qpn, attr, mask };
+            s.node.eng.call(s.now, modify).expect("reset");
+        }
+        if s.node.eng.next_deadline().is_some() {
+            s.fire();
+        }
+        s.node.collect();
+        assert!(s.node.out.is_empty(), "nothing more sent");
+        assert_eq!(s.node.eng.next_deadline(), None);
+    }
 }
