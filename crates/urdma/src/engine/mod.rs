@@ -219,6 +219,9 @@ impl<'a> Ctx<'a> {
 ///   application;
 /// - arrange to call [`Engine::handle_timeouts`] at [`Engine::next_deadline`]
 ///   (None: no timer runs), which any input may move earlier or later.
+///   The responders send long READ responses through it too, a window
+///   per call, and queue more only once [`Engine::drain_tx`] took what
+///   they queued before.
 ///
 /// Completions are not returned: the engine pushes them into the CQs the
 /// QPs were created with ([`crate::cq::CqShared`]), which the application
@@ -421,7 +424,8 @@ impl Engine {
         )
     }
 
-    /// The earliest timer deadline of any QP or of the CM.
+    /// The earliest timer deadline of any QP or of the CM, or the next
+    /// pass of the responders with READ responses still to send.
     pub fn next_deadline(&self) -> Option<u64> {
         let qps = if self.qps.len() <= timer::SCAN_QPS {
             self.timer_index.trim();
