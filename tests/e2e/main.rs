@@ -97,6 +97,7 @@ fn trials() -> Vec<Trial> {
         trial("raw_psn_gap", raw::psn_gap),
         trial("raw_ack_msn", raw::ack_msn),
         trial("raw_invalid_requests", raw::invalid_requests),
+        trial("raw_long_read", raw::long_read),
         trial(
             "internal_peer_stopped_packets_sealed",
             internal::packets_to_a_stopped_internal_peer_are_sealed,

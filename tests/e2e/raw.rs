@@ -346,3 +346,54 @@ pub fn invalid_requests() {
         );
     }
 }
+
+/// A READ of 16 MiB, far more than the responder sends at once: its
+/// responses keep coming, in PSN order and with the region's bytes, while
+/// the requester sends nothing more (the responder goes on by itself),
+/// and a WRITE after it is acknowledged once they have all been sent.
+pub fn long_read() {
+    const LEN: usize = 16 << 20;
+    let mut r = Raw::new();
+    let big = r.peer.reg_mr(0, LEN, ALL);
+    r.peer.ok::<()>(&Cmd::Fill {
+        mr: big.id,
+        off: 0,
+        len: LEN,
+        seed: 0x5C,
+        base: 0,
+    });
+    let first = r.psn;
+    let n = (LEN / MTU) as u32;
+    let mut rd = PacketRepr::new(r.bth(Opcode::RcReadRequest, first));
+    rd.reth = Some(Reth {
+        va: big.addr,
+        rkey: big.rkey,
+        dma_len: LEN as u32,
+    });
+    r.psn = (first + n) & PSN_MASK;
+    r.send(&rd, &[]);
+    // Datagrams the socket had no room for are lost: those that came must
+    // be in order and right.
+    let (mut got, mut last) = (0u32, None::<u32>);
+    let end = (first + n - 1) & PSN_MASK;
+    while let Some(resp) = r.recv() {
+        let k = resp.repr.bth.psn.wrapping_sub(first) & PSN_MASK;
+        assert!(
+            k < n,
+            "response PSN {:#x} outside the READ",
+            resp.repr.bth.psn
+        );
+        assert!(last.is_none_or(|l| k > l), "response {k} after {last:?}");
+        let want = crate::pattern::pattern(0x5C, u64::from(k) * MTU as u64, MTU);
+        assert!(resp.payload == want, "response {k} carries other bytes");
+        last = Some(k);
+        got += 1;
+        if resp.repr.bth.psn == end {
+            break;
+        }
+    }
+    assert!(got > 4 * 64, "{got} responses: more than the first windows");
+    let p = r.next_psn();
+    r.send(&r.write_only(p, 0, &[1, 2, 3]), &[1, 2, 3]);
+    while r.must_recv().repr.bth.psn != p {}
+}

@@ -82,6 +82,9 @@ counter_table! {
     Probes => "loss_probes",
     /// Out-of-sequence requests kept for later (selective retransmission).
     HeldOutOfSequence => "held_out_of_sequence",
+    /// READ and atomic requests refused for exceeding the QP's
+    /// `max_dest_rd_atomic` not yet answered (NAK invalid request).
+    RdAtomicRefused => "rd_atomic_refused",
 }
 
 /// Number of counters.

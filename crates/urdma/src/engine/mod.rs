@@ -152,6 +152,9 @@ pub(crate) struct Ctx<'a> {
     /// The requester's buffer of the READ request being handled, when the
     /// requester is a device of this NIC ([`dma`]).
     pub sink: Option<&'a dma::DmaSource>,
+    /// The QPs with responses waiting and what the device may still queue
+    /// of READ responses ([`responder::Responding`]).
+    pub responding: &'a mut responder::Responding,
 }
 
 impl<'a> Ctx<'a> {
@@ -216,6 +219,9 @@ impl<'a> Ctx<'a> {
 ///   application;
 /// - arrange to call [`Engine::handle_timeouts`] at [`Engine::next_deadline`]
 ///   (None: no timer runs), which any input may move earlier or later.
+///   The responders send long READ responses through it too, a window
+///   per call, and queue more only once [`Engine::drain_tx`] took what
+///   they queued before.
 ///
 /// Completions are not returned: the engine pushes them into the CQs the
 /// QPs were created with ([`crate::cq::CqShared`]), which the application
@@ -256,6 +262,9 @@ pub struct Engine {
     device_window: u64,
     /// Where the QPs' timers report their deadlines.
     timer_index: Arc<timer::TimerIndex>,
+    /// The QPs whose responders have READ responses (or what follows
+    /// them) to send.
+    responding: responder::Responding,
 }
 
 impl Engine {
@@ -297,6 +306,7 @@ impl Engine {
             device_inflight: 0,
             device_window: device_window::DEVICE_WINDOW,
             timer_index: Arc::default(),
+            responding: responder::Responding::default(),
         }
     }
 
@@ -365,6 +375,7 @@ impl Engine {
 
     /// Take the datagrams produced so far.
     pub fn drain_tx(&mut self) -> std::collections::vec_deque::Drain<'_, Transmit> {
+        self.responding.drained();
         self.tx.drain(..)
     }
 
@@ -408,11 +419,13 @@ impl Engine {
                 device_window: self.device_window,
                 dma: None,
                 sink: None,
+                responding: &mut self.responding,
             },
         )
     }
 
-    /// The earliest timer deadline of any QP or of the CM.
+    /// The earliest timer deadline of any QP or of the CM, or the next
+    /// pass of the responders with READ responses still to send.
     pub fn next_deadline(&self) -> Option<u64> {
         let qps = if self.qps.len() <= timer::SCAN_QPS {
             self.timer_index.trim();
@@ -423,7 +436,10 @@ impl Engine {
         } else {
             self.timer_index.earliest(&self.qps)
         };
-        qps.into_iter().chain(self.cm.next_deadline()).min()
+        qps.into_iter()
+            .chain(self.cm.next_deadline())
+            .chain(self.responding.deadline())
+            .min()
     }
 
     /// Run expired timers.
@@ -459,6 +475,7 @@ impl Engine {
             self.cm.on_timer(now);
             self.flush_cm(now);
         }
+        self.send_responses(now);
     }
 
     /// Process several datagrams received together; ACKs they call for are

@@ -149,6 +149,8 @@ pub struct RespState {
     /// The peer's last request carried the selective mark: ACKs and NAKs
     /// carry it back.
     pub peer_marks: bool,
+    /// Responses waiting behind a READ still being answered.
+    pub out: super::responder::Outbound,
 }
 
 /// Everything the engine knows about one QP.
@@ -369,6 +371,7 @@ impl QpCtx {
         self.req.send_pkt = 0;
         self.resp.write = None;
         self.resp.held.clear();
+        self.resp.out.clear();
         let mut recvs: Vec<RecvWqe> = Vec::new();
         if let Some((w, _)) = self.resp.recv.take() {
             recvs.push(w);

@@ -10,7 +10,7 @@ use crate::engine::mw::{self, MwTable};
 use crate::engine::qp::{QpCtx, WriteCtx};
 use crate::engine::rings::NoRecv;
 use crate::engine::wqe::RecvWqe;
-use crate::engine::{psn, srq, Ctx};
+use crate::engine::{psn, srq, Counter, Ctx};
 use crate::mr::{self, MrEntry, MrTable};
 use crate::types::{AccessFlags, QpState, QpType};
 use std::sync::Arc;
@@ -50,8 +50,9 @@ pub(super) enum Target<'m> {
     /// A WRITE: a new one's context, or None to continue the one in
     /// progress.
     Write(Option<WriteCtx>),
-    /// A READ of `len` bytes (no range for zero bytes).
-    Read(Option<Range<'m>>, usize),
+    /// A READ of `len` bytes (no range for zero bytes) under the RETH's
+    /// R_Key and address.
+    Read(Option<Range<'m>>, usize, Reth),
     /// An atomic on 8 bytes; true for compare-and-swap.
     Atomic(Range<'m>, AtomicEth, bool),
 }
@@ -80,6 +81,11 @@ pub(super) enum Plan<'m> {
         range: Option<Range<'m>>,
         /// The DMA length.
         len: usize,
+        /// The R_Key, under which every window of responses looks the
+        /// bytes up again.
+        rkey: u32,
+        /// The address of the first byte.
+        va: u64,
     },
     /// An atomic.
     Atomic {
@@ -271,7 +277,7 @@ pub(super) fn target<'m>(
         Op::Read(reth) => {
             let len = dma_len(&reth)?;
             let range = remote_range(qp, mrs, reth.rkey, reth.va, len, AccessFlags::REMOTE_READ)?;
-            Ok(Target::Read(range, len))
+            Ok(Target::Read(range, len, reth))
         }
         Op::Atomic(eth, swap) => {
             if eth.va % 8 != 0 {
@@ -292,6 +298,17 @@ pub(super) fn take_recv(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Result<RecvWqe, Res
         NoRecv::Empty => RespError::Rnr,
         NoRecv::Refused => RespError::RemoteOperational,
     })
+}
+
+/// A new READ or atomic request finds fewer than the QP's
+/// `max_dest_rd_atomic` not yet fully answered; else it is an invalid
+/// request (IBTA: too many outstanding READ/atomic requests), counted.
+fn rd_atomic_room(qp: &mut QpCtx, cx: &mut Ctx<'_>) -> Result<(), RespError> {
+    if qp.resp.out.outstanding() >= usize::from(qp.attr.max_dest_rd_atomic) {
+        cx.count(&mut qp.counters, Counter::RdAtomicRefused);
+        return Err(RespError::InvalidRequest);
+    }
+    Ok(())
 }
 
 /// Step 6: the receive WQE a SEND fills (a new one for its first packet,
@@ -320,8 +337,19 @@ pub(super) fn resources<'m>(
             };
             Plan::Write { ctx, recv }
         }
-        Target::Read(range, len) => Plan::Read { range, len },
-        Target::Atomic(range, eth, swap) => Plan::Atomic { range, eth, swap },
+        Target::Read(range, len, reth) => {
+            rd_atomic_room(qp, cx)?;
+            Plan::Read {
+                range,
+                len,
+                rkey: reth.rkey,
+                va: reth.va,
+            }
+        }
+        Target::Atomic(range, eth, swap) => {
+            rd_atomic_room(qp, cx)?;
+            Plan::Atomic { range, eth, swap }
+        }
     })
 }
 

@@ -1,12 +1,14 @@
 //! Duplicate requests (RC, PSN before the expected one): answered again
 //! without being executed again. A SEND or WRITE is acknowledged up to the
 //! last executed PSN, a READ is answered again from the region (once for
-//! copies of it that arrive in one batch), an atomic gets the original
+//! copies of it that arrive in one batch; responses of its request still
+//! waiting restart at its PSN, [`super::outbound`]), an atomic gets the original
 //! value it returned the first time. What cannot be answered is dropped,
 //! never NAKed.
 
 use super::check::{dma_len, remote_range};
-use super::reply::{self, read_span};
+use super::outbound::{read_span, ReadRun};
+use super::reply;
 use crate::engine::qp::{QpCtx, RdAtomicRecord};
 use crate::engine::{drop_packet, psn, Counter, Ctx};
 use crate::types::AccessFlags;
@@ -76,7 +78,16 @@ fn read(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Result<(), &'stat
         AccessFlags::REMOTE_READ,
     )
     .map_err(|_| "duplicate READ no longer valid")?;
-    reply::read_responses(qp, cx, range, len, p);
+    let run = ReadRun {
+        range,
+        rkey: reth.rkey,
+        va: reth.va,
+        len,
+        first: p,
+        request: rec.first_psn,
+    };
+    reply::flush_ack(qp, cx);
+    super::outbound::repeat_read(qp, cx, run);
     qp.resp.dup_read_answered = Some((p, cx.now));
     Ok(())
 }

@@ -46,7 +46,8 @@ pub(super) enum RespError {
     /// than the one in progress.
     WrongContinuation,
     /// Not allowed here: missing QP access rights, SEND with invalidate, a
-    /// misaligned atomic, a wrong Q_Key.
+    /// misaligned atomic, a wrong Q_Key, a READ or atomic beyond the QP's
+    /// `max_dest_rd_atomic` not yet answered.
     InvalidRequest,
     /// A payload that does not suit its place in the message, the path MTU
     /// or what remains of the message; a DMA length above any message; a
@@ -171,10 +172,13 @@ fn rc(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, kind: RespError) {
     }
 }
 
-/// NAK a request that cannot be executed and move the QP to ERR.
-fn nak_error(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, code: NakCode) {
+/// NAK a request that cannot be executed and move the QP to ERR. The
+/// responses still waiting are dropped (the QP would drop them), so that
+/// the NAK goes out now.
+pub(super) fn nak_error(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, code: NakCode) {
     tracing::debug!(qpn = qp.qpn, psn = p, ?code, "request NAKed");
     cx.count(&mut qp.counters, Counter::ErrorNaksSent);
+    qp.resp.out.clear();
     send_aeth(qp, cx, p, AckSyndrome::Nak(code));
     let event = match code {
         NakCode::RemoteAccessError => AsyncEventKind::QpAccessErr,

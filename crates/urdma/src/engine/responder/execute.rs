@@ -4,6 +4,7 @@
 
 use super::check::{Plan, Range};
 use super::error::{Refusal, RespError};
+use super::outbound::{read_span, ReadRun};
 use super::reply;
 use crate::engine::dma::Body;
 use crate::engine::qp::{QpCtx, RdAtomicRecord, WriteCtx};
@@ -25,8 +26,21 @@ pub(super) fn execute(
     match plan {
         Plan::Send { wqe, off } => send(qp, cx, pkt, wqe, off),
         Plan::Write { ctx, recv } => write(qp, cx, pkt, ctx, recv),
-        Plan::Read { range, len } => {
-            read(qp, cx, pkt.repr.bth.psn, range, len);
+        Plan::Read {
+            range,
+            len,
+            rkey,
+            va,
+        } => {
+            let run = ReadRun {
+                range,
+                rkey,
+                va,
+                len,
+                first: pkt.repr.bth.psn,
+                request: pkt.repr.bth.psn,
+            };
+            read(qp, cx, run);
             Ok(())
         }
         Plan::Atomic { range, eth, swap } => atomic(qp, cx, pkt.repr.bth.psn, range, eth, swap),
@@ -195,9 +209,10 @@ fn remember(qp: &mut QpCtx, rec: RdAtomicRecord) {
     qp.resp.history.push_back(rec);
 }
 
-/// Answer the READ request `p` of `len` bytes from `range`.
-fn read(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, range: Option<Range<'_>>, len: usize) {
-    let n = reply::read_span(qp, len);
+/// Answer the READ request `run`.
+fn read(qp: &mut QpCtx, cx: &mut Ctx<'_>, run: ReadRun<'_>) {
+    let p = run.first;
+    let n = read_span(qp, run.len);
     remember(
         qp,
         RdAtomicRecord {
@@ -208,7 +223,7 @@ fn read(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, range: Option<Range<'_>>, len:
     );
     qp.resp.epsn = psn::add(p, n);
     qp.resp.msn = psn::add(qp.resp.msn, 1);
-    reply::read_responses(qp, cx, range, len, p);
+    reply::read_responses(qp, cx, run);
     // A copy of this request in the same batch is not answered again.
     qp.resp.dup_read_answered = Some((p, cx.now));
 }

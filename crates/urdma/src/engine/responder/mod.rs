@@ -21,7 +21,8 @@
 //! 5. R_Key and access through the one MR lookup ([`crate::mr::lookup`]),
 //!    then the payload against what remains of the message;
 //! 6. resources: the receive WQE of a SEND or of a WRITE with immediate
-//!    data (READ and atomic requests need none: their history is bounded);
+//!    data; for a READ or atomic, fewer than `max_dest_rd_atomic` of them
+//!    not yet fully answered (their responses wait in [`outbound`]);
 //! 7. execute: copy, reply, complete ([`execute`]), then acknowledge.
 //!
 //! Resources come last among the checks: a request that is wrong in any
@@ -32,6 +33,7 @@ mod check;
 mod duplicate;
 mod error;
 mod execute;
+mod outbound;
 mod reorder;
 mod reply;
 mod ud;
@@ -44,6 +46,9 @@ use check::{Plan, Psn};
 use error::Refusal;
 use urdma_wire::Packet;
 
+pub use outbound::{Outbound, Responding};
+#[cfg(test)]
+pub use outbound::{DEVICE_READ_BYTES, PACE_NS, READ_WINDOW};
 pub use reorder::{Held, HeldBudget};
 pub use reply::flush_ack;
 

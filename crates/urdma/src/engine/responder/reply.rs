@@ -1,10 +1,9 @@
 //! What the responder sends back on RC: ACKs (coalesced within a batch),
-//! NAKs, READ responses and atomic ACKs, in order.
+//! NAKs, READ responses and atomic ACKs, in order (those that follow a
+//! READ still being answered wait behind it, [`super::outbound`]).
 
-use super::check::Range;
+use super::outbound;
 use crate::engine::qp::QpCtx;
-use crate::engine::requester::STAGE_BYTES;
-use crate::engine::tx::{self, PayloadSrc};
 use crate::engine::{psn, Counter, Ctx};
 use urdma_wire::{AckSyndrome, Aeth, AtomicAckEth, Bth, NakCode, Opcode, Packet, PacketRepr};
 
@@ -16,22 +15,17 @@ const ACK: AckSyndrome = AckSyndrome::Ack {
     credits: NO_CREDITS,
 };
 
-/// Queue a response for the connected peer. A READ response to a device
-/// of this NIC names bytes by reference only once they are in the
-/// requester's buffer ([`read_responses`]): read when the READ executes,
-/// as IBTA orders it before the requests that follow it on the QP (a
-/// WRITE or atomic of the same requester to the same bytes), which a copy
-/// made later, when the requester places it, would not be.
-fn transmit(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSrc<'_>) {
-    let Some(dst) = qp.remote else { return };
-    let icrc = tx::Icrc::for_peer(qp.internal, None);
-    let _ = tx::send(cx, &mut qp.counters, dst, repr, payload, icrc);
+/// Queue a response (no payload) for the connected peer, behind any
+/// READ responses still to send ([`super::outbound`]); `rd_atomic` for an
+/// atomic ACK.
+fn transmit(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, rd_atomic: bool) {
+    outbound::respond(qp, cx, *repr, rd_atomic);
 }
 
 /// Queue a response after any ACK held back, keeping responses in order.
-fn reply(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, payload: PayloadSrc<'_>) {
+fn reply(qp: &mut QpCtx, cx: &mut Ctx<'_>, repr: &PacketRepr, rd_atomic: bool) {
     flush_ack(qp, cx);
-    transmit(qp, cx, repr, payload);
+    transmit(qp, cx, repr, rd_atomic);
 }
 
 /// Send the ACK held back while a batch of packets was handled.
@@ -90,7 +84,7 @@ fn emit_aeth(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, syndrome: AckSyndrome, ma
     if mark {
         mark_aeth(qp, &mut repr, p, syndrome);
     }
-    transmit(qp, cx, &repr, PayloadSrc::Empty);
+    transmit(qp, cx, &repr, false);
 }
 
 /// NAK PSN `p` for a sequence error (a request after it came first): the
@@ -120,67 +114,11 @@ pub(super) fn ack_if_asked(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) {
     }
 }
 
-/// Number of PSNs (responses) of a READ of `len` bytes.
-pub(super) fn read_span(qp: &QpCtx, len: usize) -> u32 {
-    len.div_ceil(qp.mtu()).max(1) as u32
-}
-
-/// Send the responses to a READ of `len` bytes from `range` (none for
-/// zero bytes), starting at PSN `first`.
-pub(super) fn read_responses(
-    qp: &mut QpCtx,
-    cx: &mut Ctx<'_>,
-    range: Option<Range<'_>>,
-    len: usize,
-    first: u32,
-) {
-    let mtu = qp.mtu();
-    let n = read_span(qp, len) as usize;
-    // A device of this NIC named the READ's buffer: the data goes straight
-    // there now, in the READ's turn, and the responses name it in place.
-    let placed = match (cx.sink, range) {
-        (Some(buf), Some((mr, off))) if qp.internal && len > 0 => {
-            buf.fill_from(&mr.mem, off, len).is_ok().then_some(buf)
-        }
-        _ => None,
-    };
-    // The region's bytes, read up to STAGE_BYTES at once where that pays.
-    let mut ahead = tx::ReadAhead::default();
-    let read_ahead = n > 1 && range.is_some_and(|(mr, _)| mr.mem.prefers_large_reads(mtu));
-    for i in 0..n {
-        let opcode = match (i, n) {
-            (_, 1) => Opcode::RcReadResponseOnly,
-            (0, _) => Opcode::RcReadResponseFirst,
-            (i, n) if i + 1 == n => Opcode::RcReadResponseLast,
-            _ => Opcode::RcReadResponseMiddle,
-        };
-        let p = psn::add(first, i as u32);
-        let mut repr = PacketRepr::new(Bth::new(opcode, qp.attr.dest_qp_num, p));
-        if opcode.info().has_aeth {
-            repr.aeth = aeth(qp, ACK);
-        }
-        let start = i * mtu;
-        let plen = mtu.min(len - start.min(len));
-        let in_place = placed
-            .filter(|_| plen > 0)
-            .and_then(|b| b.piece(start, plen));
-        let src = match (in_place, range) {
-            (Some(piece), _) => PayloadSrc::Reference(piece),
-            (None, Some((mr, off))) if plen > 0 && read_ahead => {
-                let want = (len - start).min(STAGE_BYTES).max(plen);
-                match ahead
-                    .get_or_read(start, plen, |at, out| mr.mem.read_into(off + at, want, out))
-                {
-                    Ok(Some(b)) => PayloadSrc::Bytes(b),
-                    // Read packet by packet, which reports the error.
-                    _ => PayloadSrc::Region(mr, off + start, plen),
-                }
-            }
-            (None, Some((mr, off))) if plen > 0 => PayloadSrc::Region(mr, off + start, plen),
-            _ => PayloadSrc::Empty,
-        };
-        reply(qp, cx, &repr, src);
-    }
+/// Answer a READ: its responses go out from `run.first`, a window at a
+/// time ([`super::outbound`]), after any ACK held back.
+pub(super) fn read_responses(qp: &mut QpCtx, cx: &mut Ctx<'_>, run: outbound::ReadRun<'_>) {
+    flush_ack(qp, cx);
+    outbound::start_read(qp, cx, run);
 }
 
 /// Send the atomic ACK of PSN `p` with the original value `orig`.
@@ -188,5 +126,5 @@ pub(super) fn atomic_ack(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32, orig: u64) {
     let mut repr = PacketRepr::new(Bth::new(Opcode::RcAtomicAck, qp.attr.dest_qp_num, p));
     repr.aeth = aeth(qp, ACK);
     repr.atomic_ack_eth = Some(AtomicAckEth { orig });
-    reply(qp, cx, &repr, PayloadSrc::Empty);
+    reply(qp, cx, &repr, true);
 }

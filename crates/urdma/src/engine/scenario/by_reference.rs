@@ -153,6 +153,24 @@ fn a_read_of_two_pieces_is_placed_whole() {
     assert_eq!(a_sent(&p), [(1, WcStatus::Success, WcOpcode::RdmaRead)]);
 }
 
+/// A placed READ whose last piece is too short to travel by reference
+/// (here 6 bytes) carries that piece's bytes from the region, and
+/// completes with all of them.
+#[test]
+fn a_placed_read_sends_a_short_last_piece_in_the_packet() {
+    let mut p = internal_pair(QpType::Rc);
+    let len = INTERNAL_UNIT + 6;
+    let data = pattern(len, 8);
+    p.n[B].write(0, &data);
+    let at_b = (p.n[B].va(0), p.n[B].mr.rkey);
+    p.n[A].post(0, 1, SendOp::Read, (0, len), at_b);
+    assert!(!hand_over(&mut p, A));
+    assert!(hand_over(&mut p, B), "the first piece by reference");
+    assert!(!hand_over(&mut p, B), "the short one in the packet");
+    assert_eq!(a_sent(&p), [(1, WcStatus::Success, WcOpcode::RdmaRead)]);
+    assert!(p.n[A].read(0, len) == data);
+}
+
 /// A READ whose buffer at the requester spans two scatter elements gets
 /// responses that carry their bytes.
 #[test]

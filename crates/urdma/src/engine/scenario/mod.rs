@@ -20,6 +20,7 @@ mod invalidate;
 mod local_ops;
 mod loss;
 mod peer;
+mod read_window;
 mod responses;
 mod rnr;
 mod selective;
