@@ -91,6 +91,11 @@ listening() {
 # Drivers of this script must reach the agent under test, never start one.
 export URDMA_AGENT_BIN=/nonexistent/urdma
 UDP=4877
+# The devices a root agent offers other users (it opens no others for them).
+printf '[[device]]\nname = "urdma0"\naddr = "127.0.0.1"\nport = %d\n[[device]]\nname = "urdma1"\naddr = "127.0.0.2"\nport = %d\n' \
+    $UDP $UDP >"$W/urdma.toml"
+chmod 644 "$W/urdma.toml"
+export URDMA_CONFIG=$W/urdma.toml
 
 # 1. Idle connections.
 NAME=urdma-sec-dos-$$
