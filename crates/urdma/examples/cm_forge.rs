@@ -42,7 +42,10 @@ fn run() -> Result<u32, Box<dyn std::error::Error>> {
     };
     let port: u16 = a.get(3).and_then(|s| s.parse().ok()).ok_or(usage)?;
     let from: u32 = a.get(4).map_or(Some(1), |s| s.parse().ok()).ok_or(usage)?;
-    let to: u32 = a.get(5).map_or(Some(4096), |s| s.parse().ok()).ok_or(usage)?;
+    let to: u32 = a
+        .get(5)
+        .map_or(Some(4096), |s| s.parse().ok())
+        .ok_or(usage)?;
     let sock = UdpSocket::bind(SocketAddr::new(attacker, PORT))?;
     let dst = SocketAddr::new(server, PORT);
     let ctx = IcrcContext::new(sock.local_addr()?, dst);

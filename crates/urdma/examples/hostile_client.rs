@@ -13,8 +13,8 @@
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::process::ExitCode;
-use urdma::nic::{addr, channel};
 use urdma::nic::proto::{self, Request, Response};
+use urdma::nic::{addr, channel};
 use urdma::procmem::Sentinel;
 
 fn usage() -> ExitCode {
