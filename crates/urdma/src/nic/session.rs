@@ -8,8 +8,8 @@ use super::{channel, proto};
 use crate::cm::CmOp;
 use crate::cq::{CqShared, Ring};
 use crate::engine::command::{
-    AllocMw, AllocPd, CqInUse, CreateQp, CreateSrq, DeallocMw, DeallocPd, DeregMr, DestroyQp,
-    DestroySrq, ModifyQp, ModifySrq, QueryQp, QuerySrq, RegMr,
+    AbandonQp, AllocMw, AllocPd, CqInUse, CreateQp, CreateSrq, DeallocMw, DeallocPd, DeregMr,
+    DestroyQp, DestroySrq, ModifyQp, ModifySrq, QueryQp, QuerySrq, RegMr,
 };
 use crate::engine::mw;
 use crate::engine::rings::QpRings;
@@ -679,7 +679,7 @@ impl Session {
         }
         self.send_rings.clear();
         for qpn in self.qps.drain() {
-            let _ = d.call(DestroyQp { qpn });
+            let _ = d.call(AbandonQp { qpn });
             dev.disown(super::agent::Object::Qp(qpn));
         }
         for srqn in self.srqs.drain() {
