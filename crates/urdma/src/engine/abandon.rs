@@ -6,7 +6,7 @@
 //! (its requests all acknowledged, a receive WQE posted for the message
 //! the dead program was about to send) would wait forever: RC has no
 //! message that ends a connection. So before destroying a connected RC
-//! QP whose owner is gone, the NIC sends its peer a request that every
+//! QP (one that reached RTS, perhaps ERR since) whose owner is gone, the NIC sends its peer a request that every
 //! RC responder refuses as an invalid request: a SEND_MIDDLE with no
 //! payload, at the PSN the peer expects. Outside a message a MIDDLE
 //! packet breaks the opcode sequence; inside one (a SEND cut off by the
@@ -36,7 +36,13 @@ impl Engine {
     /// completions.
     pub(crate) fn abandon_qp(&mut self, now: u64, qpn: u32) -> Result<()> {
         if let Ok((qp, mut cx)) = self.qp_and_ctx(now, qpn) {
-            let live = matches!(qp.state(), QpState::Rts | QpState::Sqd | QpState::Sqe);
+            // ERR too: a QP that failed on its own (its dead owner's
+            // memory gone under a request) tells its peer no more than a
+            // destroyed one.
+            let live = matches!(
+                qp.state(),
+                QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
+            );
             if let (QpType::Rc, true, Some(dst)) = (qp.qp_type, live, qp.remote) {
                 let (una, next) = (qp.req.una, qp.req.high_psn);
                 let span = (psn::diff(next, una).max(0) as u32).min(MAX_FAREWELLS - 1);

@@ -162,9 +162,10 @@ fn an_abandoned_qp_with_unacknowledged_requests_still_ends_its_peer() {
     );
 }
 
-/// Rule: a QP abandoned before it could send (or after ERR) sends nothing.
+/// Rule: a QP that entered ERR on its own (as one whose owner's memory
+/// vanished under a request does) still tells its peer when abandoned.
 #[test]
-fn an_abandoned_qp_in_err_sends_nothing() {
+fn an_abandoned_qp_in_err_still_tells_its_peer() {
     let mut p = waiting_pair();
     let qpn = p.n[B].qpn;
     let attr = crate::verbs::QpAttr {
@@ -177,5 +178,8 @@ fn an_abandoned_qp_in_err_sends_nothing() {
         .expect("to ERR");
     p.n[B].collect();
     p.take_all(B);
-    assert!(abandon_b(&mut p).is_empty());
+    let bye = abandon_b(&mut p);
+    assert_eq!(bye.len(), 1);
+    p.inject(A, &bye[0].data);
+    assert_eq!(p.n[A].state(), QpState::Err);
 }
