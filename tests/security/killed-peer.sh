@@ -124,8 +124,8 @@ kill_and_time() {
         eval "cp=\$CPID_$n sp=\$SPID_$n"
         wait "$cp" 2>/dev/null
         eval "RC_$n=$? MS_$n=$(($(now_ms) - t0))"
-        wait "$sp" 2>/dev/null
-    done
+        wait "$sp"
+    done 2>/dev/null # the shell's notes of the killed jobs
 }
 
 # One try of a single pair: $1 the path's name, $2 the agent's environment.
