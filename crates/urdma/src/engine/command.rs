@@ -156,6 +156,13 @@ commands! {
         /// The QP.
         qpn: u32,
     } -> Done(());
+    /// Destroy a QP whose owner is gone (a program that died): a
+    /// connected RC peer is told first, so that it does not wait for what
+    /// will never come; then as [`DestroyQp`].
+    AbandonQp {
+        /// The QP.
+        qpn: u32,
+    } -> Done(());
     /// Whether some QP uses a CQ (a CQ in use cannot be destroyed).
     CqInUse {
         /// The CQ.
@@ -226,6 +233,7 @@ impl Engine {
             C::ModifyQp(c) => Reply::Done(self.modify_qp(now, c.qpn, &c.attr, c.mask)?),
             C::QueryQp(c) => Reply::QpAttr(self.query_qp(c.qpn)?),
             C::DestroyQp(c) => Reply::Done(self.destroy_qp(c.qpn)?),
+            C::AbandonQp(c) => Reply::Done(self.abandon_qp(now, c.qpn)?),
             C::CqInUse(c) => Reply::Flag(self.cq_in_use(c.cqn)),
             C::CreateSrq(c) => Reply::Number(self.create_srq(c.pd, c.attr)?),
             C::ModifySrq(c) => Reply::Done(self.modify_srq(c.srqn, c.max_wr, c.limit)?),

@@ -3,6 +3,7 @@
 //! completions (into CQs), events and timer deadlines. It does no I/O
 //! itself; [`Engine`] documents the contract.
 
+mod abandon;
 pub mod command;
 mod completer;
 mod counters;

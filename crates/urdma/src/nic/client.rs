@@ -6,7 +6,7 @@ use super::kernel::KernelObject;
 use super::proto::{self, Event, Request, Value};
 use super::{channel, spawn};
 use crate::cq::{CqShared, Ring};
-use crate::engine::command::{Command, Reply};
+use crate::engine::command::{AbandonQp, Command, DestroyQp, Reply};
 use crate::engine::{
     check_recv_request, check_recv_sges, check_send_request, RecvRequest, SendLimits, SendRequest,
 };
@@ -518,12 +518,13 @@ impl AgentLink {
                 Value::QpAttr(a) => Reply::QpAttr(a),
                 v => return Err(unexpected(v)),
             },
-            C::DestroyQp(c) => {
-                self.request(&Request::DestroyQp { qpn: c.qpn }, &[])?;
+            // A driver in a program is the owner: it only destroys.
+            C::DestroyQp(DestroyQp { qpn }) | C::AbandonQp(AbandonQp { qpn }) => {
+                self.request(&Request::DestroyQp { qpn }, &[])?;
                 self.qps
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .remove(&c.qpn);
+                    .remove(&qpn);
                 Reply::Done(())
             }
             C::CqInUse(c) => match self.request(&Request::CqInUse { cqn: c.cqn }, &[])? {

@@ -18,6 +18,7 @@ pub mod addr;
 pub mod agent;
 pub mod channel;
 pub mod client;
+mod cm_local;
 pub mod cm_routes;
 pub mod kernel;
 pub mod kernel_chan;

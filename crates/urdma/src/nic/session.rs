@@ -8,8 +8,8 @@ use super::{channel, proto};
 use crate::cm::CmOp;
 use crate::cq::{CqShared, Ring};
 use crate::engine::command::{
-    AllocMw, AllocPd, CqInUse, CreateQp, CreateSrq, DeallocMw, DeallocPd, DeregMr, DestroyQp,
-    DestroySrq, ModifyQp, ModifySrq, QueryQp, QuerySrq, RegMr,
+    AbandonQp, AllocMw, AllocPd, CqInUse, CreateQp, CreateSrq, DeallocMw, DeallocPd, DeregMr,
+    DestroyQp, DestroySrq, ModifyQp, ModifySrq, QueryQp, QuerySrq, RegMr,
 };
 use crate::engine::mw;
 use crate::engine::rings::QpRings;
@@ -495,7 +495,10 @@ impl Session {
             R::Doorbell { .. } => {
                 return Err(Error::inval("doorbells run through handle_doorbells"))
             }
-            R::Cm(op) => Value::CmId(self.cm(op)?),
+            R::Cm(op) => {
+                super::cm_local::answer_for_local_peer(nic, &op);
+                Value::CmId(self.cm(op)?)
+            }
             R::Capture { limit } => {
                 // A capture holds every process's traffic on the device.
                 let me = nix::unistd::getuid().as_raw();
@@ -690,7 +693,7 @@ impl Session {
         }
         self.send_rings.clear();
         for qpn in self.qps.drain() {
-            let _ = d.call(DestroyQp { qpn });
+            let _ = d.call(AbandonQp { qpn });
             dev.disown(super::agent::Object::Qp(qpn));
         }
         for srqn in self.srqs.drain() {

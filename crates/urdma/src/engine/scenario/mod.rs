@@ -12,6 +12,7 @@
 //!
 //! Each test's doc comment names the protocol rule it pins.
 
+mod abandoned;
 mod by_reference;
 mod congestion;
 mod device_window;
