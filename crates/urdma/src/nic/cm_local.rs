@@ -9,8 +9,9 @@ use crate::cm::CmOp;
 /// it (its CM then refuses a service nobody listens on, as a host's
 /// kernel CM answers for its devices). An address some NIC already
 /// serves is left alone. A device opened here stays open for the agent's
-/// life, as `--open-all` keeps its devices.
-pub(crate) fn answer_for_local_peer(nic: &super::agent::Nic, op: &CmOp) {
+/// life, as `--open-all` keeps its devices. For a request of user `uid`,
+/// only a device that user may open ([`crate::config::permit_device`]).
+pub(crate) fn answer_for_local_peer(nic: &super::agent::Nic, op: &CmOp, uid: u32) {
     let peer = match op {
         CmOp::Connect(p) => p.peer,
         CmOp::Resolve(p) => p.peer,
@@ -25,6 +26,11 @@ pub(crate) fn answer_for_local_peer(nic: &super::agent::Nic, op: &CmOp) {
         .ok()
         .and_then(|d| d.into_iter().find(|c| c.addr == peer.ip()))
         .map_or_else(|| "urdma-local".to_string(), |c| c.name);
+    let agent_uid = nix::unistd::geteuid().as_raw();
+    let Ok(name) = crate::config::permit_device(&name, peer.ip(), peer.port(), uid, agent_uid)
+    else {
+        return;
+    };
     match nic.open_device(&name, peer.ip(), peer.port()) {
         // Held by the NIC's table from now on.
         Ok(dev) => drop(dev),

@@ -496,7 +496,7 @@ impl Session {
                 return Err(Error::inval("doorbells run through handle_doorbells"))
             }
             R::Cm(op) => {
-                super::cm_local::answer_for_local_peer(nic, &op);
+                super::cm_local::answer_for_local_peer(nic, &op, self.uid);
                 Value::CmId(self.cm(op)?)
             }
             R::Capture { limit } => {
