@@ -65,21 +65,9 @@ fn verdict(what: &str, r: std::io::Result<Response>) -> ExitCode {
     }
 }
 
-/// A connection to the agent a driver of this process would use.
-fn connect_agent() -> std::io::Result<std::os::fd::OwnedFd> {
-    let mut last = Err(std::io::ErrorKind::NotFound.into());
-    for a in addr::candidates() {
-        match addr::connect(&a) {
-            Ok(fd) => return Ok(fd),
-            Err(e) => last = Err(e),
-        }
-    }
-    last
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let fd = match connect_agent() {
+    let fd = match addr::connect_first() {
         Ok(fd) => fd,
         Err(e) => {
             eprintln!("cannot reach the agent: {e}");

@@ -44,18 +44,6 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> Option<T>
     }
 }
 
-/// A connection to the agent a driver of this process would use.
-fn connect_agent() -> std::io::Result<std::os::fd::OwnedFd> {
-    let mut last = Err(std::io::ErrorKind::NotFound.into());
-    for a in addr::candidates() {
-        match addr::connect(&a) {
-            Ok(fd) => return Ok(fd),
-            Err(e) => last = Err(e),
-        }
-    }
-    last
-}
-
 fn main() -> ExitCode {
     match run() {
         Ok(true) => ExitCode::SUCCESS,
@@ -81,7 +69,7 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let secs: u64 = arg(&args, 4, 10).ok_or(usage)?;
     let limit_mib: u64 = arg(&args, 5, 64).ok_or(usage)?;
 
-    let probe = connect_agent()?;
+    let probe = addr::connect_first()?;
     let (agent, _) = channel::peer(&probe)?;
     drop(probe);
 

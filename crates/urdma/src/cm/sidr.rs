@@ -138,21 +138,18 @@ impl Cm {
         if self.find_sidr_request(req.request_id, Some(from)).is_some() {
             return;
         }
-        if !self.listeners.contains(&req.service_id) {
-            let rep = SidrRep {
-                request_id: req.request_id,
-                status: SIDR_STATUS_UNSUPPORTED,
-                service_id: req.service_id,
-                ..SidrRep::default()
-            };
-            self.send(from, tid, CmMessage::SidrRep(rep));
-            return;
-        }
-        if self.half_open() >= super::handle::MAX_HALF_OPEN {
+        let refusal = if !self.listeners.contains(&req.service_id) {
+            Some(SIDR_STATUS_UNSUPPORTED)
+        } else if self.half_open() >= super::handle::MAX_HALF_OPEN {
             self.refused += 1;
+            Some(SIDR_STATUS_REJECT)
+        } else {
+            None
+        };
+        if let Some(status) = refusal {
             let rep = SidrRep {
                 request_id: req.request_id,
-                status: SIDR_STATUS_REJECT,
+                status,
                 service_id: req.service_id,
                 ..SidrRep::default()
             };

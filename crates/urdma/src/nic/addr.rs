@@ -116,6 +116,19 @@ pub fn check_service_file(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Connect to the first of [`candidates`] that answers, as a driver looks
+/// for its NIC (without the check of who runs it, nor starting one).
+pub fn connect_first() -> std::io::Result<OwnedFd> {
+    let mut last = Err(std::io::ErrorKind::NotFound.into());
+    for a in candidates() {
+        match connect(&a) {
+            Ok(fd) => return Ok(fd),
+            Err(e) => last = Err(e),
+        }
+    }
+    last
+}
+
 /// Connect to the agent at `addr` (a socket file only once checked).
 pub fn connect(addr: &AgentAddr) -> std::io::Result<OwnedFd> {
     match addr {
