@@ -377,7 +377,37 @@ run_remote() {
   fi
 }
 
-ALL_CASES="rc uc ud srq write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat rnr access golden capture loss reorder figures"
+# killed: an ibv_rc_pingpong server on urdma is killed mid-run; its client
+# on rxe must fail within KILLED_BOUND_MS (the dead program's NIC tells its
+# RC peers; an rxe client that only waits for the next message would else
+# wait forever).
+KILLED_BOUND_MS=${KILLED_BOUND_MS:-5000}
+killed() {
+  end urdma -g ibv_rc_pingpong -n 100000000
+  timeout -k 5 60 "${CMD[@]}" >"$W/srv" 2>&1 &
+  local spid=$!
+  wait_listen "$NS" 18515 || echo "    # killed: the server did not listen on 18515 within 20 s"
+  end rxe -g ibv_rc_pingpong -n 100000000 "$IP_U"
+  timeout -k 5 60 "${CMD[@]}" >"$W/cli" 2>&1 &
+  local cpid=$!
+  sleep 3
+  local t0=$EPOCHREALTIME
+  pkill -9 -f "ibv_rc_pingpong -n 100000000 -d urdma0"
+  wait $cpid
+  local crc=$?
+  local ms
+  ms=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", (b - a) * 1000 }')
+  wait $spid 2>/dev/null
+  if [ $crc != 0 ] && [ $crc != 124 ] && [ "$ms" -le "$KILLED_BOUND_MS" ]; then
+    ok "killed urdma server: its rxe client failed $ms ms after SIGKILL (status $crc)"
+    grep -m1 -iE "failed|status" "$W/cli" | sed 's/^/    # /'
+  else
+    fail "killed urdma server: its rxe client ended with status $crc $ms ms after SIGKILL (bound $KILLED_BOUND_MS ms)"
+    sed 's/^/    client: /' "$W/cli" | tail -8
+  fi
+}
+
+ALL_CASES="killed rc uc ud srq write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat rnr access golden capture loss reorder figures"
 if [ -n "${RXE_GOLDEN:-}" ]; then
   CASES=${RXE_CASES:-"golden access"}
   command -v tcpdump >/dev/null || { fail "tcpdump for RXE_GOLDEN=1 (install tcpdump)"; exit 1; }
@@ -393,6 +423,7 @@ for c in $CASES; do
     reorder) faulty "reordering" delay 5ms reorder 25% 50%; continue ;;
     figures) figures; continue ;;
     capture) capture; continue ;;
+    killed) killed; continue ;;
   esac
   for dir in rxe-urdma urdma-rxe; do
     case $c in
