@@ -200,10 +200,12 @@ void urdma_chan_device_gone(struct urdma_dev *dev);
 void urdma_chan_lock(void);
 void urdma_chan_unlock(void);
 
-/* urdma_kverbs.c: kernel CQs, QPs, AHs and MRs. */
+/* urdma_kcq.c, urdma_kverbs.c: kernel CQs, the GSI QP and its AHs. */
 int urdma_create_kcq(struct urdma_cq *cq, const struct ib_cq_init_attr *attr);
 bool urdma_kcq_add(struct urdma_cq *cq, const struct ib_wc *wc, bool solicited);
 void urdma_kcq_fire(struct urdma_cq *cq);
+void urdma_kcq_push(struct urdma_cq *cq, const struct ib_wc *wc,
+		    bool solicited);
 void urdma_destroy_kcq(struct urdma_cq *cq);
 int urdma_poll_kcq(struct urdma_cq *cq, int n, struct ib_wc *wc);
 int urdma_notify_kcq(struct urdma_cq *cq, enum ib_cq_notify_flags flags);
@@ -221,10 +223,44 @@ void urdma_kqp_nic_gone(struct urdma_dev *dev);
 int urdma_create_ah(struct ib_ah *ibah, struct rdma_ah_init_attr *init,
 		    struct ib_udata *udata);
 int urdma_destroy_ah(struct ib_ah *ibah, u32 flags);
-struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
-				u64 iova, int access, struct ib_udata *udata);
 
-/* urdma_krc.c: kernel RC QPs, held by the NIC. */
+/* urdma_krc*.c: kernel RC QPs, held by the NIC. */
+
+/* A work request of a kernel RC QP, by its number in its queue. */
+struct urdma_kwr {
+	u64 wr_id;
+	u32 byte_len;
+	u32 ex;			/* immediate data or invalidated R_Key */
+	u32 vendor_err;
+	u8 opcode;		/* enum ib_wc_opcode */
+	u8 status;		/* enum ib_wc_status, once done */
+	u8 wc_flags;		/* URDMA_WC_* */
+	bool signaled;
+	bool done;
+};
+
+/*
+ * A queue of work requests: numbers head..tail-1 are outstanding, at most
+ * @size of them; the ring has a power of two of slots, so that numbers
+ * keep their slots when they wrap.
+ */
+struct urdma_kwq {
+	struct urdma_kwr *wr;
+	u32 size, slots, head, tail;
+};
+
+struct urdma_krc {
+	spinlock_t lock;		/* guards the queues and lost */
+	struct urdma_kwq sq, rq;
+	bool lost;			/* the NIC that held the QP left */
+	struct urdma_kmsg *destroy;	/* the DESTROY_QP request, made early */
+};
+
+static inline struct urdma_kwr *urdma_kwq_at(struct urdma_kwq *q, u32 seq)
+{
+	return &q->wr[seq & (q->slots - 1)];
+}
+
 int urdma_create_krc(struct urdma_dev *dev, struct urdma_qp *qp,
 		     struct ib_qp_init_attr *init);
 void urdma_destroy_krc(struct urdma_dev *dev, struct urdma_qp *qp);
@@ -235,8 +271,11 @@ int urdma_post_krc_recv(struct urdma_qp *qp, const struct ib_recv_wr *wr,
 			const struct ib_recv_wr **bad_wr);
 int urdma_krc_deliver(struct urdma_dev *dev, const void *msg, u32 len);
 void urdma_krc_nic_gone(struct urdma_dev *dev);
+void urdma_answer(struct urdma_dev *dev, u32 seq, int status, u32 value);
+struct urdma_kmsg *urdma_request_alloc(u32 op, u32 qpn, gfp_t gfp);
+void urdma_krc_complete(struct urdma_qp *qp);
 
-/* urdma_kmr.c: kernel MRs and the NIC's access to them. */
+/* urdma_kmr.c: kernel MRs, the NIC's access to them, user MR records. */
 struct ib_mr *urdma_get_dma_mr(struct ib_pd *pd, int access);
 struct ib_mr *urdma_alloc_mr(struct ib_pd *pd, enum ib_mr_type type,
 			     u32 max_num_sg);
@@ -249,5 +288,7 @@ enum ib_wc_status urdma_kmr_invalidate(struct urdma_qp *qp, u32 key);
 void urdma_kmr_invalidated(struct urdma_qp *qp, u32 key);
 void urdma_kmr_replay(struct urdma_dev *dev);
 long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg, u8 *buf);
+struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
+				u64 iova, int access, struct ib_udata *udata);
 
 #endif /* URDMA_H */

@@ -14,6 +14,9 @@
  * MRs are created and destroyed under the channel lock, so that the
  * account a newly attached NIC is given (urdma_kmr_replay) and the
  * messages of later changes come in order.
+ *
+ * The kernel's records of user MRs, which the NIC registered, are made
+ * here too.
  */
 #include <linux/slab.h>
 #include <linux/mm.h>
@@ -406,4 +409,32 @@ long urdma_kmr_dma(struct urdma_dev *dev, void __user *arg, u8 *buf)
 			err = -EFAULT;
 	}
 	return err;
+}
+
+/*
+ * A user MR: the NIC registered it (and reaches its memory through the
+ * process); the kernel keeps a record of it under the NIC's keys, so
+ * that it is tracked with its process.
+ */
+struct ib_mr *urdma_reg_user_mr(struct ib_pd *pd, u64 start, u64 length,
+				u64 iova, int access, struct ib_udata *udata)
+{
+	struct urdma_reg_mr_cmd cmd;
+	struct urdma_mr *mr;
+	int err;
+
+	if (!udata || udata->inlen < sizeof(cmd))
+		return ERR_PTR(-EINVAL);
+	if (length > URDMA_MAX_MR_SIZE)
+		return ERR_PTR(-EINVAL);
+	err = ib_copy_from_udata(&cmd, udata, sizeof(cmd));
+	if (err)
+		return ERR_PTR(err);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->user = true;
+	mr->ibmr.lkey = cmd.lkey;
+	mr->ibmr.rkey = cmd.rkey;
+	return &mr->ibmr;
 }

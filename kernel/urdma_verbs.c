@@ -6,7 +6,8 @@
  * so that the kernel tracks them and the NIC can raise their completion
  * events on the kernel's completion channels (see urdma_nic.c); a user
  * QP records what modify_qp set, for query_qp. CQs and QPs of kernel
- * consumers have their queues here (urdma_kverbs.c).
+ * consumers have their queues here (urdma_kcq.c, urdma_kverbs.c and
+ * urdma_krc*.c).
  */
 #include <linux/etherdevice.h>
 #include <rdma/ib_mad.h>
