@@ -1,5 +1,5 @@
 use super::*;
-use urdma_wire::cm::{Mra, Rej};
+use urdma_wire::cm::{Dreq, Mra, Rej};
 
 const A: &str = "169.254.0.1:4791";
 const B: &str = "169.254.0.2:4791";

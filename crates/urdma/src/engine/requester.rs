@@ -9,6 +9,9 @@ use super::{device_window, psn, Counter, Ctx, Transmit};
 use crate::types::{AsyncEventKind, QpState, QpType, WcStatus};
 use urdma_wire::{AtomicEth, Bth, Deth, Opcode, PacketRepr, Position, Reth, Transport};
 
+mod stage;
+pub use stage::Stage;
+
 /// Most PSNs outstanding (sent, not acknowledged) per QP.
 pub const WINDOW: u32 = 256;
 /// Most PSNs outstanding with a selective peer, counting those it reported
@@ -25,65 +28,6 @@ pub const READ_CHUNK: u32 = 64;
 /// the packets that follow: one access (a system call when the memory is
 /// another process's) for a run of packets instead of one per packet.
 pub const STAGE_BYTES: usize = 64 * 1024;
-
-/// Payload of the message being sent, read ahead of its packets when its
-/// memory prefers large reads ([`crate::mem::MemRegion::prefers_large_reads`]).
-/// Verbs forbid changing a posted buffer before its WR completes, so the
-/// bytes stay good for resends of the same WQE. Only the send pointer's
-/// packets fill it (a single resend reads its own bytes unless they are
-/// here), and it is emptied when its message's last packet leaves, and
-/// with the QP's requester state.
-#[derive(Debug, Default)]
-pub struct Stage {
-    /// The WQE (first PSN, WR id) the bytes belong to, if any.
-    owner: Option<(u32, u64)>,
-    bytes: tx::ReadAhead,
-}
-
-impl Stage {
-    /// The key of `wqe`'s bytes.
-    fn key(wqe: &SendWqe) -> (u32, u64) {
-        (wqe.first_psn, wqe.wr_id)
-    }
-
-    /// The `len` payload bytes at message offset `off` of `wqe`: from
-    /// here, or read from `sges` (with what follows, up to
-    /// [`STAGE_BYTES`]) if `fill`, else None. A failed read leaves
-    /// nothing here.
-    fn bytes(
-        &mut self,
-        wqe: &SendWqe,
-        sges: &[crate::mr::LocalSge],
-        (off, len): (usize, usize),
-        fill: bool,
-    ) -> Result<Option<&[u8]>, tx::PayloadError> {
-        let owner = Some(Self::key(wqe));
-        if self.owner != owner {
-            if !fill {
-                return Ok(None);
-            }
-            *self = Stage {
-                owner,
-                ..Stage::default()
-            };
-        }
-        if !fill {
-            return Ok(self.bytes.get(off, len));
-        }
-        let ahead = wqe.len.saturating_sub(off).min(STAGE_BYTES).max(len);
-        self.bytes
-            .get_or_read(off, len, |at, out| crate::mr::gather(sges, at, ahead, out))
-            .map_err(|_| tx::PayloadError)
-    }
-
-    /// Forget the bytes of `wqe`, if these are its, and give their memory
-    /// back.
-    fn release(&mut self, wqe: &SendWqe) {
-        if self.owner == Some(Self::key(wqe)) {
-            *self = Stage::default();
-        }
-    }
-}
 
 /// Transmit what the window allows. Called after every input.
 pub fn pump(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
@@ -508,108 +452,4 @@ fn pump_ud(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::wqe::UdDest;
-
-    fn wqe(op: SendOp, len: usize, npsn: u32) -> SendWqe {
-        SendWqe {
-            wr_id: 1,
-            op,
-            payload: Payload::Inline(vec![7; len]),
-            len,
-            remote_va: 0x1000,
-            rkey: 0x42,
-            signaled: true,
-            solicited: true,
-            ud: None,
-            first_psn: 0,
-            npsn,
-            local_error: None,
-            fence: false,
-        }
-    }
-
-    fn repr(t: Transport, w: &SendWqe, k: u32, mtu: usize) -> PacketRepr {
-        let seg = segment(w, k, mtu);
-        request_repr(t, w, seg, Bth::new(Opcode::RcAck, 9, k), 3).expect("an opcode")
-    }
-
-    #[test]
-    fn opcodes_and_headers_follow_the_table() {
-        let w = wqe(SendOp::WriteImm(5), 2500, 3);
-        let first = repr(Transport::Rc, &w, 0, 1024);
-        assert_eq!(first.bth.opcode, Opcode::RcWriteFirst);
-        assert_eq!(first.reth.map(|r| r.dma_len), Some(2500));
-        assert_eq!(first.immdt, None);
-        let mid = repr(Transport::Rc, &w, 1, 1024);
-        assert_eq!((mid.bth.opcode, mid.reth), (Opcode::RcWriteMiddle, None));
-        let last = repr(Transport::Rc, &w, 2, 1024);
-        assert_eq!(last.bth.opcode, Opcode::RcWriteLastImm);
-        assert_eq!(last.immdt, Some(5));
-        assert!(last.bth.solicited && !first.bth.solicited);
-
-        let s = wqe(SendOp::Send, 10, 1);
-        assert_eq!(
-            repr(Transport::Uc, &s, 0, 1024).bth.opcode,
-            Opcode::UcSendOnly
-        );
-        let s = wqe(SendOp::SendImm(1), 10, 1);
-        let r = repr(Transport::Rc, &s, 0, 1024);
-        assert_eq!((r.bth.opcode, r.immdt), (Opcode::RcSendOnlyImm, Some(1)));
-    }
-
-    #[test]
-    fn read_requests_cover_chunks_of_the_original_ranges() {
-        let mtu = 256;
-        let n = READ_CHUNK + 4;
-        let w = wqe(SendOp::Read, n as usize * mtu - 10, n);
-        let seg = segment(&w, 1, mtu);
-        assert_eq!(seg.psns, READ_CHUNK - 1);
-        let r = repr(Transport::Rc, &w, 1, mtu);
-        assert_eq!(r.bth.opcode, Opcode::RcReadRequest);
-        let reth = r.reth.unwrap();
-        assert_eq!(reth.va, 0x1000 + mtu as u64);
-        assert_eq!(reth.dma_len as usize, (READ_CHUNK as usize - 1) * mtu);
-        let tail = segment(&w, READ_CHUNK, mtu);
-        assert_eq!(tail.psns, 4);
-        assert_eq!(tail.len, 4 * mtu - 10);
-        assert!(!r.bth.solicited);
-    }
-
-    #[test]
-    fn atomics_and_ud_carry_their_extension_headers() {
-        let w = wqe(
-            SendOp::CompSwap {
-                compare: 1,
-                swap: 2,
-            },
-            8,
-            1,
-        );
-        let r = repr(Transport::Rc, &w, 0, 1024);
-        assert_eq!(r.bth.opcode, Opcode::RcCompareSwap);
-        let a = r.atomic_eth.unwrap();
-        assert_eq!((a.compare, a.swap_add, a.rkey), (1, 2, 0x42));
-
-        let mut u = wqe(SendOp::SendImm(9), 10, 1);
-        u.ud = Some(UdDest {
-            addr: "127.0.0.1:4791".parse().unwrap(),
-            qpn: 5,
-            qkey: 0x1111,
-        });
-        let r = repr(Transport::Ud, &u, 0, 1024);
-        assert_eq!(r.bth.opcode, Opcode::UdSendOnlyImm);
-        assert_eq!(r.deth.map(|d| (d.qkey, d.src_qp)), Some((0x1111, 3)));
-        assert_eq!(r.immdt, Some(9));
-    }
-
-    #[test]
-    fn operations_a_transport_lacks_have_no_opcode() {
-        let w = wqe(SendOp::Read, 8, 1);
-        let seg = segment(&w, 0, 1024);
-        let bth = Bth::new(Opcode::RcAck, 1, 0);
-        assert!(request_repr(Transport::Uc, &w, seg, bth, 1).is_none());
-        assert!(request_repr(Transport::Ud, &w, seg, bth, 1).is_none());
-    }
-}
+mod tests;
