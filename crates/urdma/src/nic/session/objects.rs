@@ -138,11 +138,11 @@ impl Session {
             }
             R::BindQp { qpn, kernel } => {
                 self.qp(qpn)?;
-                self.route_to_kernel(&dev, crate::nic::agent::Object::Qp(qpn), kernel)?
+                self.route_to_kernel(dev, crate::nic::agent::Object::Qp(qpn), kernel)?
             }
             R::BindSrq { srqn, kernel } => {
                 self.srq(srqn)?;
-                self.route_to_kernel(&dev, crate::nic::agent::Object::Srq(srqn), kernel)?
+                self.route_to_kernel(dev, crate::nic::agent::Object::Srq(srqn), kernel)?
             }
             R::ResizeCq { cqn, capacity } => {
                 if capacity < 2 || capacity > dev.device.attr().max_cqe + 1 {
