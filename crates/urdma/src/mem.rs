@@ -14,13 +14,16 @@
 //! copy; across processes (the NIC agent writing a region the program
 //! reads) only the bytes are shared, as with a hardware NIC's DMA.
 
+mod atomic;
+mod kernel;
+
 use crate::procmem::ProcessMemory;
+use kernel::KernelMem;
 use std::alloc::{self, Layout};
 use std::fs::File;
 use std::mem::MaybeUninit;
-use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::sync::RwLock;
 
@@ -58,56 +61,6 @@ struct ProcessMem {
     mem: Arc<ProcessMemory>,
     /// Address of the first byte in that process.
     base: u64,
-}
-
-/// Memory of a kernel MR, reached through the kernel channel's
-/// `URDMA_IOC_DMA`: the kernel checks every access against the MR.
-#[derive(Debug)]
-struct KernelMem {
-    chan: Arc<File>,
-    key: u32,
-    /// I/O address of the first byte.
-    iova: u64,
-}
-
-/// `struct urdma_dma` of `kernel/urdma_abi.h`.
-#[repr(C)]
-struct DmaCmd {
-    iova: u64,
-    buf: u64,
-    len: u32,
-    key: u32,
-    write: u32,
-    reserved: u32,
-}
-
-nix::ioctl_write_ptr!(ioc_dma, 0xb5, 4, DmaCmd);
-
-/// Most bytes one `URDMA_IOC_DMA` moves (`URDMA_DMA_MAX`).
-const DMA_MAX: usize = 1 << 20;
-
-impl KernelMem {
-    /// Move `len` bytes at `offset` between the MR and `buf`.
-    fn access(&self, offset: usize, buf: *mut u8, len: usize, write: bool) -> Result<(), MemError> {
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(DMA_MAX);
-            let cmd = DmaCmd {
-                iova: self.iova.wrapping_add((offset + done) as u64),
-                buf: buf as u64 + done as u64,
-                len: n as u32,
-                key: self.key,
-                write: u32::from(write),
-                reserved: 0,
-            };
-            // SAFETY: the command is a live struct of the layout the
-            // ioctl number encodes; the kernel copies `n` bytes from or
-            // into `buf + done`, which the caller's slice covers.
-            unsafe { ioc_dma(self.chan.as_raw_fd(), &cmd) }.map_err(|_| MemError::Unreachable)?;
-            done += n;
-        }
-        Ok(())
-    }
 }
 
 /// A contiguous range of memory that the engine may read and write.
@@ -466,73 +419,6 @@ impl MemRegion {
             dst.write_locked(dst_offset, bounce.as_ptr(), len)
         }
     }
-
-    fn atomic_at(&self, offset: usize) -> Result<&AtomicU64, MemError> {
-        self.check(offset, 8)?;
-        if self.kernel.is_some() {
-            return Err(MemError::Unreachable);
-        }
-        // SAFETY: offset + 8 <= len was checked.
-        let p = unsafe { self.ptr.as_ptr().add(offset) };
-        if !(p as usize).is_multiple_of(8) {
-            return Err(MemError::Misaligned);
-        }
-        // SAFETY: p is 8-aligned, in bounds, valid for the region's life,
-        // and all concurrent access to these bytes from urdma is either
-        // atomic or excluded by the write lock the callers hold.
-        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
-    }
-
-    /// Atomic compare-and-swap of the 64-bit host-order word at `offset`;
-    /// returns the original value.
-    pub fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemError> {
-        let _guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
-        if self.process.is_some() {
-            return self.update_in_process(offset, |v| if v == compare { swap } else { v });
-        }
-        let a = self.atomic_at(offset)?;
-        Ok(
-            match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(v) | Err(v) => v,
-            },
-        )
-    }
-
-    /// Atomic fetch-and-add of the 64-bit host-order word at `offset`;
-    /// returns the original value.
-    pub fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, MemError> {
-        let _guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
-        if self.process.is_some() {
-            return self.update_in_process(offset, |v| v.wrapping_add(add));
-        }
-        let a = self.atomic_at(offset)?;
-        Ok(a.fetch_add(add, Ordering::SeqCst))
-    }
-
-    /// Read-modify-write of the 64-bit word at `offset` of another
-    /// process's memory, with the region's write lock held by the caller:
-    /// atomic with respect to every other access through the NIC (the
-    /// device reports `IBV_ATOMIC_HCA`), not to the CPUs of that process.
-    fn update_in_process(
-        &self,
-        offset: usize,
-        f: impl FnOnce(u64) -> u64,
-    ) -> Result<u64, MemError> {
-        let p = self.process.as_ref().ok_or(MemError::Invalid)?;
-        self.check(offset, 8)?;
-        let at = p.base + offset as u64;
-        if !at.is_multiple_of(8) {
-            return Err(MemError::Misaligned);
-        }
-        let mut b = [0u8; 8];
-        // SAFETY: b is a live buffer of 8 bytes.
-        unsafe { p.mem.read(at, b.as_mut_ptr(), 8, true) }.map_err(|()| MemError::Unreachable)?;
-        let old = u64::from_ne_bytes(b);
-        p.mem
-            .write(at, &f(old).to_ne_bytes())
-            .map_err(|()| MemError::Unreachable)?;
-        Ok(old)
-    }
 }
 
 impl Drop for MemRegion {
@@ -545,178 +431,5 @@ impl Drop for MemRegion {
         }
     }
 }
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn read_write_in_bounds() {
-        let m = MemRegion::allocate(64).unwrap();
-        m.write(10, b"hello").unwrap();
-        let mut b = [0u8; 5];
-        m.read(10, &mut b).unwrap();
-        assert_eq!(&b, b"hello");
-        let mut v = vec![1];
-        m.read_into(9, 3, &mut v).unwrap();
-        assert_eq!(v, [1, 0, b'h', b'e']);
-    }
-
-    #[test]
-    fn out_of_bounds_is_refused() {
-        let m = MemRegion::allocate(16).unwrap();
-        assert!(m.write(12, b"12345").is_err());
-        assert!(m.write(usize::MAX, b"1").is_err());
-        let mut b = [0u8; 17];
-        assert!(m.read(0, &mut b).is_err());
-        let mut v = Vec::new();
-        assert!(m.read_into(15, 2, &mut v).is_err());
-        assert!(v.is_empty());
-        assert!(m.fetch_add(9, 1).is_err());
-    }
-
-    #[test]
-    fn atomics_and_alignment() {
-        let m = MemRegion::allocate(32).unwrap();
-        assert_eq!(m.fetch_add(8, 5).unwrap(), 0);
-        assert_eq!(m.fetch_add(8, 5).unwrap(), 5);
-        assert_eq!(m.compare_swap(8, 10, 99).unwrap(), 10);
-        assert_eq!(m.compare_swap(8, 10, 1).unwrap(), 99);
-        assert_eq!(m.fetch_add(4, 1), Err(MemError::Misaligned));
-    }
-
-    #[test]
-    fn memory_of_a_process_through_its_mem_file() {
-        let mut buf = vec![0u8; 64];
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/proc/self/mem")
-            .unwrap();
-        let base = buf.as_mut_ptr() as u64;
-        let m = MemRegion::in_process(Arc::new(ProcessMemory::file_only(file)), base, 32).unwrap();
-        m.write(8, b"remote").unwrap();
-        let mut b = [0u8; 6];
-        m.read(8, &mut b).unwrap();
-        assert_eq!(&b, b"remote");
-        assert!(m.write(30, b"xyz").is_err());
-        let aligned = (8 - (base % 8) as usize) % 8;
-        assert_eq!(m.fetch_add(aligned + 16, 7).unwrap(), 0);
-        assert_eq!(m.compare_swap(aligned + 16, 7, 9).unwrap(), 7);
-        assert_eq!(m.fetch_add(aligned + 17, 1), Err(MemError::Misaligned));
-        assert_eq!(m.addr() as u64, base);
-        m.invalidate();
-        assert_eq!(m.read(0, &mut b), Err(MemError::Invalid));
-        assert_eq!(&std::hint::black_box(&buf)[8..14], b"remote");
-        assert!(MemRegion::in_process(
-            Arc::new(ProcessMemory::file_only(tempfile_like())),
-            u64::MAX,
-            2
-        )
-        .is_none());
-    }
-
-    #[test]
-    fn copies_between_regions_of_every_kind() {
-        let a = MemRegion::allocate(64).unwrap();
-        let b = MemRegion::allocate(64).unwrap();
-        a.write(0, b"0123456789").unwrap();
-        MemRegion::copy_between(&a, 2, &b, 10, 5).unwrap();
-        let mut got = [0u8; 5];
-        b.read(10, &mut got).unwrap();
-        assert_eq!(&got, b"23456");
-        // Within one region, overlapping.
-        MemRegion::copy_between(&a, 0, &a, 3, 10).unwrap();
-        let mut all = [0u8; 13];
-        a.read(0, &mut all).unwrap();
-        assert_eq!(&all, b"0120123456789");
-        // Memory of a process on either side, and on both (this process,
-        // reached as the agent reaches a driver's).
-        let mut buf = vec![0u8; 64];
-        let file = Arc::new(ProcessMemory::new(
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open("/proc/self/mem")
-                .unwrap(),
-            Some(std::process::id()),
-            crate::procmem::Sentinel::of_this_process(),
-        ));
-        let p = MemRegion::in_process(file.clone(), buf.as_mut_ptr() as u64, 32).unwrap();
-        let q = MemRegion::in_process(file.clone(), buf.as_mut_ptr() as u64 + 32, 32).unwrap();
-        MemRegion::copy_between(&a, 3, &p, 1, 4).unwrap();
-        MemRegion::copy_between(&p, 1, &q, 0, 4).unwrap();
-        MemRegion::copy_between(&q, 0, &b, 40, 4).unwrap();
-        b.read(40, &mut got[..4]).unwrap();
-        assert_eq!(&got[..4], b"0123");
-        assert_eq!(&std::hint::black_box(&buf)[32..36], b"0123");
-        // Long enough for the cross-memory read.
-        let n = crate::procmem::DIRECT_MIN;
-        let mut big: Vec<u8> = (0..2 * n).map(|i| (i % 251) as u8).collect();
-        let from = MemRegion::in_process(file.clone(), big.as_mut_ptr() as u64, n).unwrap();
-        let to =
-            MemRegion::in_process(file.clone(), big.as_mut_ptr() as u64 + n as u64, n).unwrap();
-        MemRegion::copy_between(&from, 0, &to, 0, n).unwrap();
-        assert_eq!(file.direct_bytes(), n as u64);
-        // Into memory this process maps (which may be shared): the file.
-        let mapped = MemRegion::allocate(n).unwrap();
-        MemRegion::copy_between(&from, 0, &mapped, 0, n).unwrap();
-        assert_eq!(file.direct_bytes(), n as u64);
-        let mut back = vec![0u8; n];
-        mapped.read(0, &mut back).unwrap();
-        let big = std::hint::black_box(&big);
-        assert_eq!(big[..n], big[n..]);
-        assert_eq!(back[..], big[..n]);
-    }
-
-    #[test]
-    fn copies_out_of_bounds_or_invalid_change_nothing() {
-        let a = MemRegion::allocate(16).unwrap();
-        let b = MemRegion::allocate(16).unwrap();
-        a.write(0, b"abcdefgh").unwrap();
-        assert!(MemRegion::copy_between(&a, 12, &b, 0, 8).is_err());
-        assert!(MemRegion::copy_between(&a, 0, &b, 12, 8).is_err());
-        assert!(MemRegion::copy_between(&a, usize::MAX, &b, 0, 2).is_err());
-        assert!(MemRegion::copy_between(&a, 0, &a, 10, 8).is_err());
-        b.invalidate();
-        assert_eq!(
-            MemRegion::copy_between(&a, 0, &b, 0, 4),
-            Err(MemError::Invalid)
-        );
-        let mut all = [0u8; 16];
-        a.read(0, &mut all).unwrap();
-        assert_eq!(&all, b"abcdefgh\0\0\0\0\0\0\0\0");
-    }
-
-    #[test]
-    fn copies_in_opposite_directions_at_once_finish() {
-        let a = Arc::new(MemRegion::allocate(4096).unwrap());
-        let b = Arc::new(MemRegion::allocate(4096).unwrap());
-        let (a2, b2) = (a.clone(), b.clone());
-        let t = std::thread::spawn(move || {
-            for _ in 0..2000 {
-                MemRegion::copy_between(&a2, 0, &b2, 0, 4096).unwrap();
-            }
-        });
-        for _ in 0..2000 {
-            MemRegion::copy_between(&b, 0, &a, 0, 4096).unwrap();
-        }
-        t.join().unwrap();
-    }
-
-    fn tempfile_like() -> File {
-        File::open("/dev/null").unwrap()
-    }
-
-    #[test]
-    fn invalidated_region_refuses_access() {
-        let mut buf = [0u8; 8];
-        // SAFETY: buf outlives m.
-        let m = unsafe { MemRegion::from_raw(buf.as_mut_ptr(), buf.len()) }.unwrap();
-        m.write(0, b"ab").unwrap();
-        m.invalidate();
-        assert_eq!(m.write(0, b"x"), Err(MemError::Invalid));
-        drop(m);
-        assert_eq!(&buf[..2], b"ab");
-    }
-}
+mod tests;

@@ -2,25 +2,22 @@
 //! requests checked against them, and their teardown when it goes —
 //! closed or killed alike.
 
+mod cm;
+mod doorbells;
+mod objects;
+mod queues;
+
 use super::agent::AgentDevice;
 use super::proto::{Event, Request, Value, WireError};
 use super::{channel, proto};
 use crate::cm::CmOp;
-use crate::cq::{CqShared, Ring};
-use crate::engine::command::{
-    AbandonQp, AllocMw, AllocPd, CqInUse, CreateQp, CreateSrq, DeallocMw, DeallocPd, DeregMr,
-    DestroyQp, DestroySrq, ModifyQp, ModifySrq, QueryQp, QuerySrq, RegMr,
-};
-use crate::engine::mw;
-use crate::engine::rings::QpRings;
+use crate::cq::CqShared;
+use crate::engine::command::{AbandonQp, DeallocMw, DeallocPd, DeregMr, DestroySrq};
 use crate::error::{Error, Result};
 use crate::fabric::stats::ProcessStats;
-use crate::mem::MemRegion;
 use crate::mr::MrEntry;
 use crate::procmem::ProcessMemory;
-use crate::types::QpAttrMask;
-use crate::verbs::QpCap;
-use crate::wq::{self, WorkRing};
+use crate::wq::WorkRing;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -229,269 +226,27 @@ impl Session {
             R::Hello { .. } | R::OpenDevice { .. } => {
                 return Err(Error::inval("unexpected request"))
             }
-            R::AllocPd => {
-                let pd = d.call(AllocPd {})?;
-                self.pds.insert(pd);
-                Value::Number(pd)
+            R::AllocPd
+            | R::DeallocPd { .. }
+            | R::RegMr { .. }
+            | R::AllocMw { .. }
+            | R::DeallocMw { .. }
+            | R::DeregMr { .. } => self.run_memory(&dev, req, fds)?,
+            R::ReserveCq
+            | R::CreateCq { .. }
+            | R::BindCq { .. }
+            | R::BindQp { .. }
+            | R::BindSrq { .. }
+            | R::ResizeCq { .. }
+            | R::DestroyCq { .. }
+            | R::CqInUse { .. } => self.run_cq(&dev, req, fds)?,
+            R::CreateQp { .. } | R::ModifyQp { .. } | R::QueryQp { .. } | R::DestroyQp { .. } => {
+                self.run_qp(&dev, req, fds)?
             }
-            R::DeallocPd { pd } => {
-                d.call(DeallocPd { pd: self.pd(pd)? })?;
-                self.pds.remove(&pd);
-                Value::Done
-            }
-            R::RegMr {
-                pd,
-                access,
-                iova,
-                addr,
-                len,
-                shared,
-                rekey,
-            } => {
-                if let Some(k) = rekey {
-                    if !self.mrs.contains_key(&k) {
-                        return Err(not_found("MR", k));
-                    }
-                }
-                let len = usize::try_from(len).map_err(|_| Error::inval("MR too large"))?;
-                let mem = if shared {
-                    let fd = fds.pop().ok_or_else(|| Error::inval("MR memory missing"))?;
-                    MemRegion::in_mapping(crate::shm::SharedMapping::from_fd(fd, len)?)
-                } else {
-                    MemRegion::in_process(self.mem.clone(), addr, len)
-                        .ok_or_else(|| Error::inval("MR wraps the address space"))?
-                };
-                let entry = d.call(RegMr {
-                    pd: self.pd(pd)?,
-                    access,
-                    iova,
-                    mem,
-                    rekey,
-                })?;
-                let key = entry.lkey;
-                self.mrs.insert(key, entry);
-                Value::Number(key)
-            }
-            R::AllocMw { pd, kind } => {
-                let rkey = d.call(AllocMw {
-                    pd: self.pd(pd)?,
-                    kind,
-                })?;
-                self.mws.insert(mw::index_of(rkey));
-                Value::Number(rkey)
-            }
-            R::DeallocMw { rkey } => {
-                if !self.mws.contains(&mw::index_of(rkey)) {
-                    return Err(not_found("memory window", rkey));
-                }
-                d.call(DeallocMw { rkey })?;
-                self.mws.remove(&mw::index_of(rkey));
-                Value::Done
-            }
-            R::DeregMr { key } => {
-                if !self.mrs.contains_key(&key) {
-                    return Err(not_found("MR", key));
-                }
-                d.call(DeregMr { key })?;
-                self.mrs.remove(&key);
-                Value::Done
-            }
-            R::ReserveCq => {
-                if self.reserved_cqs.len() >= MAX_RESERVED_CQS {
-                    return Err(Error::Exhausted("CQ numbers reserved and not used".into()));
-                }
-                let cqn = dev.reserve_cqn();
-                self.reserved_cqs.insert(cqn);
-                Value::Number(cqn)
-            }
-            R::CreateCq { cqn, capacity } => {
-                // A ring holds one entry more than its CQ's capacity.
-                if capacity < 2 || capacity > dev.device.attr().max_cqe + 1 {
-                    return Err(Error::inval("CQ capacity out of range"));
-                }
-                if !self.reserved_cqs.remove(&cqn) {
-                    return Err(not_found("reserved CQ", cqn));
-                }
-                let fd = fds.pop().ok_or_else(|| Error::inval("CQ ring missing"))?;
-                let cq = Arc::new(CqShared::from_fd(cqn, capacity as usize, fd)?);
-                let sink = self.events.clone();
-                cq.set_notifier(Some(Box::new(move || sink.send(&Event::CqFired(cqn)))));
-                dev.own(super::agent::Object::Cq(cqn), &self.events);
-                self.cqs.insert(cqn, cq);
-                Value::Number(cqn)
-            }
-            R::BindCq { cqn, kernel } => {
-                let cq = self.cq(cqn)?;
-                let notify = super::kernel::cq_notifier(kernel.clone(), self.pid)
-                    .map_err(|e| Error::NotSupported(format!("kernel completion events: {e}")))?;
-                cq.set_notifier(Some(notify));
-                dev.route_to_kernel(super::agent::Object::Cq(cqn), kernel, self.pid);
-                Value::Done
-            }
-            R::BindQp { qpn, kernel } => {
-                self.qp(qpn)?;
-                self.route_to_kernel(&dev, super::agent::Object::Qp(qpn), kernel)?
-            }
-            R::BindSrq { srqn, kernel } => {
-                self.srq(srqn)?;
-                self.route_to_kernel(&dev, super::agent::Object::Srq(srqn), kernel)?
-            }
-            R::ResizeCq { cqn, capacity } => {
-                if capacity < 2 || capacity > dev.device.attr().max_cqe + 1 {
-                    return Err(Error::inval("CQ capacity out of range"));
-                }
-                let cq = self.cq(cqn)?;
-                let fd = fds.pop().ok_or_else(|| Error::inval("CQ ring missing"))?;
-                cq.replace_ring(Ring::from_fd(capacity as usize, fd)?, false)?;
-                Value::Done
-            }
-            R::DestroyCq { cqn } => {
-                let cq = self.cq(cqn)?;
-                if d.call(CqInUse { cqn })? {
-                    return Err(Error::Busy(format!("CQ {cqn} has QPs")));
-                }
-                cq.set_notifier(None);
-                self.cqs.remove(&cqn);
-                dev.disown(super::agent::Object::Cq(cqn));
-                Value::Done
-            }
-            R::CreateQp {
-                pd,
-                qp_type,
-                cap,
-                sq_sig_all,
-                send_cq,
-                recv_cq,
-                srq,
-            } => {
-                let (scq, rcq) = (self.cq(send_cq)?, self.cq(recv_cq)?);
-                let srq = srq.map(|s| self.srq(s)).transpose()?;
-                let expected = if srq.is_some() { 1 } else { 2 };
-                if fds.len() != expected {
-                    return Err(Error::inval("a QP's work queues are missing"));
-                }
-                let qpn = d.call(CreateQp {
-                    pd: self.pd(pd)?,
-                    qp_type,
-                    cap,
-                    sq_sig_all,
-                    send_cq: scq,
-                    recv_cq: rcq,
-                    srq,
-                })?;
-                // Mapped once the engine has checked the capacities.
-                let rings = map_qp_rings(&cap, fds).and_then(|rings| {
-                    let sq = rings.sq.clone();
-                    d.with_engine(|e, _| e.attach_rings(qpn, rings))?;
-                    Ok(sq)
-                });
-                match rings {
-                    Err(e) => {
-                        let _ = d.call(DestroyQp { qpn });
-                        return Err(e);
-                    }
-                    // Polled from the next doorbell batch on.
-                    Ok(Some(sq)) => {
-                        self.send_rings.insert(qpn, sq);
-                        if self.send_rings.len() > MAX_POLLED_RINGS {
-                            self.stop_polling();
-                        }
-                    }
-                    Ok(None) => {}
-                }
-                self.qps.insert(qpn);
-                dev.own(super::agent::Object::Qp(qpn), &self.events);
-                Value::Number(qpn)
-            }
-            R::ModifyQp { qpn, attr, mask } => {
-                self.qp(qpn)?;
-                let mask = QpAttrMask::from_bits(mask)
-                    .ok_or_else(|| Error::inval("unknown attribute mask bits"))?;
-                let controlled = attr.qkey & crate::engine::requester::CONTROLLED_QKEY != 0;
-                if mask.contains(QpAttrMask::QKEY) && controlled && self.uid != 0 {
-                    // As Linux asks CAP_NET_RAW: a controlled Q_Key (QP 1's
-                    // among them) lets a QP send as the NIC's own.
-                    return Err(Error::Io(std::io::Error::new(
-                        std::io::ErrorKind::PermissionDenied,
-                        "a controlled Q_Key (high bit set) is reserved to root",
-                    )));
-                }
-                d.call(ModifyQp { qpn, attr, mask })?;
-                Value::Done
-            }
-            R::QueryQp { qpn } => {
-                self.qp(qpn)?;
-                Value::QpAttr(d.call(QueryQp { qpn })?)
-            }
-            R::DestroyQp { qpn } => {
-                self.qp(qpn)?;
-                d.call(DestroyQp { qpn })?;
-                self.qps.remove(&qpn);
-                self.send_rings.remove(&qpn);
-                dev.disown(super::agent::Object::Qp(qpn));
-                Value::Done
-            }
-            R::CqInUse { cqn } => {
-                self.cq(cqn)?;
-                Value::Flag(d.call(CqInUse { cqn })?)
-            }
-            R::CreateSrq { pd, attr } => {
-                let pd = self.pd(pd)?;
-                let fd = only_fd(fds, "an SRQ's work queue")?;
-                let (srqn, got) = d.with_engine(|e, now| {
-                    let n = e.call(now, CreateSrq { pd, attr })?;
-                    e.call(now, QuerySrq { srqn: n }).map(|q| (n, q))
-                })?;
-                let ring = WorkRing::from_fd(fd, attr.max_wr, wq::recv_slot_len(attr.max_sge));
-                let attached = ring
-                    .map_err(Error::from)
-                    .and_then(|r| d.with_engine(|e, _| e.attach_srq_ring(srqn, Arc::new(r))));
-                if let Err(e) = attached {
-                    let _ = d.call(DestroySrq { srqn });
-                    return Err(e);
-                }
-                self.srqs.insert(srqn);
-                dev.own(super::agent::Object::Srq(srqn), &self.events);
-                Value::Srq(srqn, got)
-            }
-            R::ModifySrq {
-                srqn,
-                max_wr,
-                limit,
-            } => {
-                let srqn = self.srq(srqn)?;
-                let Some(n) = max_wr else {
-                    d.call(ModifySrq {
-                        srqn,
-                        max_wr: None,
-                        limit,
-                    })?;
-                    return Ok(Value::Done);
-                };
-                // A new size comes with the ring the driver posts to from
-                // now on, of the SRQ's own slot size; the engine checks
-                // everything (size and limit together) before it changes
-                // anything.
-                let fd = only_fd(fds, "a resized SRQ's work queue")?;
-                if n == 0 || n > dev.device.attr().max_qp_wr {
-                    return Err(Error::inval("SRQ size out of range"));
-                }
-                let sge = d.call(QuerySrq { srqn })?.max_sge;
-                let ring = Arc::new(WorkRing::from_fd(fd, n, wq::recv_slot_len(sge))?);
-                d.with_engine(|e, _| e.resize_srq(srqn, n, limit, Some(ring)))?;
-                Value::Done
-            }
-            R::QuerySrq { srqn } => Value::SrqAttr(d.call(QuerySrq {
-                srqn: self.srq(srqn)?,
-            })?),
-            R::DestroySrq { srqn } => {
-                d.call(DestroySrq {
-                    srqn: self.srq(srqn)?,
-                })?;
-                self.srqs.remove(&srqn);
-                dev.disown(super::agent::Object::Srq(srqn));
-                Value::Done
-            }
+            R::CreateSrq { .. }
+            | R::ModifySrq { .. }
+            | R::QuerySrq { .. }
+            | R::DestroySrq { .. } => self.run_srq(&dev, req, fds)?,
             R::Doorbell { .. } => {
                 return Err(Error::inval("doorbells run through handle_doorbells"))
             }
@@ -525,148 +280,6 @@ impl Session {
                 Value::Counters(dev.device.qp_counters(qpn).map(|c| c.values().to_vec()))
             }
         })
-    }
-
-    /// Take the work that doorbells announce, under one engine lock, so
-    /// that the packets it makes leave in one batch. With `poll`, the
-    /// session's send queues (unless it has more than [`MAX_POLLED_RINGS`])
-    /// are polled from then on: the driver's next posts need no doorbell
-    /// until [`Session::stop_polling`].
-    pub fn handle_doorbells(&mut self, bells: Vec<Request>, poll: bool) {
-        let Some(dev) = self.device.clone() else {
-            return;
-        };
-        let poll = poll && self.send_rings.len() <= MAX_POLLED_RINGS;
-        self.polling |= poll;
-        dev.driver.with_engine(|e, now| {
-            if poll {
-                // Rings already polled are left as they are.
-                for ring in self.send_rings.values() {
-                    ring.start_polling();
-                }
-            }
-            for req in bells {
-                let Request::Doorbell { qpn } = req else {
-                    continue;
-                };
-                match self.qps.contains(&qpn) {
-                    true => ring_bell(e, now, qpn, self.pid),
-                    false => tracing::debug!(pid = self.pid, qpn, "doorbell of an unknown QP"),
-                }
-            }
-        });
-    }
-
-    /// Whether the send queues are polled.
-    pub fn is_polling(&self) -> bool {
-        self.polling
-    }
-
-    /// Take what the driver posted to polled send queues since the NIC
-    /// last looked, as its doorbells would have announced. True if there
-    /// was any.
-    pub fn poll_rings(&mut self) -> bool {
-        if !self.polling {
-            return false;
-        }
-        let due: Vec<u32> = (self.send_rings.iter())
-            .filter(|(_, r)| r.poll_due())
-            .map(|(&qpn, _)| qpn)
-            .collect();
-        if due.is_empty() {
-            return false;
-        }
-        let Some(dev) = self.device.clone() else {
-            return false;
-        };
-        dev.driver.with_engine(|e, now| {
-            for qpn in due {
-                if self.send_rings.get(&qpn).is_some_and(|r| r.take_bell()) {
-                    ring_bell(e, now, qpn, self.pid);
-                }
-            }
-        });
-        true
-    }
-
-    /// Stop polling the send queues: their doorbells are armed again, and
-    /// what was posted meanwhile is taken.
-    pub fn stop_polling(&mut self) {
-        let Some(dev) = self.device.clone().filter(|_| self.polling) else {
-            return;
-        };
-        self.polling = false;
-        dev.driver.with_engine(|e, now| {
-            for (&qpn, ring) in &self.send_rings {
-                if !ring.stop_polling() {
-                    ring_bell(e, now, qpn, self.pid);
-                }
-            }
-        });
-    }
-
-    /// A call on the device's CM, for connections and services of this
-    /// session and with its own QPs only.
-    fn cm(&mut self, op: CmOp) -> Result<Option<u32>> {
-        let dev = self.device()?.clone();
-        match &op {
-            CmOp::Connect(p) => {
-                self.qp(p.qpn)?;
-            }
-            CmOp::Accept { params, .. } => {
-                self.qp(params.qpn)?;
-            }
-            CmOp::AnswerResolve { qpn, .. } => {
-                self.qp(*qpn)?;
-            }
-            _ => {}
-        }
-        let routes = || dev.cm_routes.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(id) = op.conn() {
-            if routes().owner(id) != Some(self.id) {
-                return Err(not_found("connection", id));
-            }
-        }
-        match op {
-            CmOp::Listen { service_id } => {
-                // Routed first, so that a request right after is not lost.
-                if !routes().listen(service_id, self.id, &self.events) {
-                    return Err(Error::Busy(format!(
-                        "service {service_id:#x} has a listener"
-                    )));
-                }
-                let r = dev.driver.cm(op);
-                if r.is_err() {
-                    routes().unlisten(service_id, self.id);
-                }
-                r
-            }
-            CmOp::Unlisten { service_id } => {
-                if routes().listener(service_id) != Some(self.id) {
-                    return Err(Error::NotFound(format!("listener {service_id:#x}")));
-                }
-                // The CM first: a request meanwhile still finds its route.
-                let r = dev.driver.cm(op);
-                routes().unlisten(service_id, self.id);
-                r
-            }
-            op => {
-                let gone = match &op {
-                    CmOp::Reject { id, .. }
-                    | CmOp::Destroy { id }
-                    | CmOp::AnswerResolve { id, .. } => Some(*id),
-                    _ => None,
-                };
-                let r = dev.driver.cm(op)?;
-                if let Some(id) = r {
-                    routes().claim(id, self.id, &self.events);
-                }
-                if let Some(id) = gone {
-                    routes().forget(id);
-                }
-                Ok(r)
-            }
-        }
     }
 
     /// Tear down everything the session made, in dependency order: CM
@@ -748,37 +361,4 @@ impl Session {
             cm_listeners,
         }
     }
-}
-
-/// The one descriptor a request passed (`what` it is).
-fn only_fd(fds: &mut Vec<OwnedFd>, what: &str) -> Result<OwnedFd> {
-    match (fds.pop(), fds.is_empty()) {
-        (Some(fd), true) => Ok(fd),
-        _ => Err(Error::inval(format!("{what} is missing"))),
-    }
-}
-
-/// Take what a driver (process `pid`) posted to QP `qpn`, as its doorbell
-/// asks; a refusal (the QP is gone) is only logged.
-fn ring_bell(e: &mut crate::engine::Engine, now: u64, qpn: u32, pid: u32) {
-    if let Err(err) = e.doorbell(now, qpn) {
-        tracing::debug!(pid, qpn, error = %err, "doorbell refused");
-    }
-}
-
-/// Map the work queues a driver made for a QP of capacities `cap`: the
-/// send queue, then the receive queue unless the QP uses an SRQ.
-fn map_qp_rings(cap: &QpCap, fds: &mut Vec<OwnedFd>) -> Result<QpRings> {
-    let mut fds = fds.drain(..);
-    let sq = fds.next().map(|fd| {
-        let len = wq::send_slot_len(cap.max_send_sge, cap.max_inline_data);
-        WorkRing::from_fd(fd, cap.max_send_wr, len).map(Arc::new)
-    });
-    let rq = fds.next().map(|fd| {
-        WorkRing::from_fd(fd, cap.max_recv_wr, wq::recv_slot_len(cap.max_recv_sge)).map(Arc::new)
-    });
-    Ok(QpRings {
-        sq: sq.transpose()?,
-        rq: rq.transpose()?,
-    })
 }
