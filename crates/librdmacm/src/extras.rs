@@ -7,6 +7,14 @@ use crate::{addr, ep, guard, nic, qp, ret, state};
 use std::ffi::c_char;
 use std::os::raw::c_int;
 
+// A `.symver` must sit in the object that defines its symbol.
+versions! {
+    "RDMACM_1.0": rdma_getaddrinfo, rdma_freeaddrinfo, rdma_create_ep, rdma_destroy_ep,
+        rdma_get_request, rdma_create_srq, rdma_create_srq_ex, rdma_destroy_srq,
+        rdma_get_devices, rdma_free_devices;
+    "RDMACM_1.3": rdma_get_remote_ece, rdma_set_local_ece;
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn rdma_getaddrinfo(
     node: *const c_char,

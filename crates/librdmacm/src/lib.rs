@@ -94,12 +94,10 @@ versions! {
         rdma_create_qp_ex, rdma_destroy_qp, rdma_connect, rdma_listen, rdma_accept, rdma_reject,
         rdma_notify, rdma_disconnect, rdma_get_cm_event, rdma_ack_cm_event, rdma_get_src_port,
         rdma_get_dst_port, rdma_join_multicast, rdma_leave_multicast, rdma_event_str,
-        rdma_set_option, rdma_migrate_id, rdma_getaddrinfo, rdma_freeaddrinfo, rdma_create_ep,
-        rdma_destroy_ep, rdma_get_request, rdma_create_srq, rdma_create_srq_ex, rdma_destroy_srq,
-        rdma_get_devices, rdma_free_devices;
+        rdma_set_option, rdma_migrate_id;
     "RDMACM_1.1": rdma_join_multicast_ex;
     "RDMACM_1.2": rdma_establish, rdma_init_qp_attr;
-    "RDMACM_1.3": rdma_get_remote_ece, rdma_reject_ece, rdma_set_local_ece;
+    "RDMACM_1.3": rdma_reject_ece;
 }
 
 #[no_mangle]
