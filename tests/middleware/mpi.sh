@@ -55,10 +55,10 @@ mpi_case() {
     fi
     local t0 before moved
     t0=$(date +%s)
-    before=$(carried "$NS_B_ADDR" "$t0")
+    before=$(carried "$NS_B_ADDR" "$t0" "$NS_B")
     mpi_job "$name" "$flavor" urdma
     rc=$?
-    moved=$(($(carried "$NS_B_ADDR" "$t0") - before))
+    moved=$(($(carried "$NS_B_ADDR" "$t0" "$NS_B") - before))
     line=$(grep -m1 '^mpi_check: 4 ranks' "$LOGS/$name.log")
     if [ $rc -ne 0 ] || [ -z "$line" ]; then
         bad "$what, 4 ranks on urdma across the veth (exit $rc)" "$LOGS/$name.log"
