@@ -278,6 +278,7 @@ mod tests {
             qps: Vec::new(),
             processes: Vec::new(),
             closed_at,
+            netns: own_netns(),
         }
     }
 
