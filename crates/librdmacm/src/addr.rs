@@ -121,9 +121,11 @@ pub fn set_src(
         Some(d) => crate::nic::default_pd(st, d)?,
         None => std::ptr::null_mut(),
     };
+    let sgid_index = dev.map_or(0, |d| st.devs[d].gid_index(src.ip()));
     let s = st.id(id)?;
     s.src = Some(src);
     s.dev = dev;
+    s.sgid_index = sgid_index;
     // SAFETY: id is live (in the table); its route is plain data.
     unsafe {
         to_c(
@@ -193,8 +195,8 @@ pub fn resolve_addr(
         let want = from_c(src).unwrap_or_else(|| {
             let ip = route_source(dst.ip())
                 .filter(|ip| st.dev_of(*ip).is_some())
-                .or_else(|| (st.devs.len() == 1).then(|| st.devs[0].addr.ip()))
-                .or_else(|| st.devs.first().map(|d| d.addr.ip()))
+                .or_else(|| (st.devs.len() == 1).then(|| st.devs[0].addr_for(dst.ip())))
+                .or_else(|| st.devs.first().map(|d| d.addr_for(dst.ip())))
                 .unwrap_or(Ipv4Addr::UNSPECIFIED.into());
             SocketAddr::new(ip, 0)
         });
@@ -211,7 +213,7 @@ pub fn resolve_addr(
             .and_then(|ip| st.dev_of(ip))
             .or_else(|| (!st.devs.is_empty()).then_some(0))
             .ok_or(libc::ENODEV)?;
-        let ip = st.devs[d].addr.ip();
+        let ip = st.devs[d].addr_for(dst.ip());
         set_src(&mut st, id, SocketAddr::new(ip, src.port()), Some(d))?;
     }
     set_dst(&mut st, id, dst, dst.ip())?;

@@ -109,6 +109,7 @@ pub fn create_id_in(
             remote: None,
             outstanding: 0,
             tos: 0,
+            sgid_index: 0,
             ack_timeout: None,
             own_cqs: false,
             path: None,

@@ -113,6 +113,7 @@ pub fn open_devices(st: &mut Locked) {
         let dev = Dev {
             ctx: ctx as usize,
             addr,
+            gids: gid_table(ctx, port.gid_tbl_len),
             pd: 0,
             mtu: port.active_mtu,
             max_responder: attr.max_qp_rd_atom.clamp(0, 255) as u8,
@@ -167,4 +168,21 @@ pub fn default_pd(st: &mut Locked, dev: usize) -> Result<*mut ibv_pd, i32> {
         d.pd = pd as usize;
     }
     Ok(d.pd as *mut ibv_pd)
+}
+
+/// The addresses of the GID table of port 1 of the open device `ctx`
+/// (`len` entries), up to the first empty one.
+fn gid_table(ctx: *mut ibv_context, len: i32) -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    for i in 0..len.max(0) {
+        // SAFETY: plain C data, filled by the query.
+        let mut g: ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: ctx is open; g is writable.
+        if unsafe { ibv_query_gid(ctx, 1, i, &mut g) } != 0 {
+            break;
+        }
+        // SAFETY: every bit pattern of the GID union is a byte array.
+        out.push(urdma::Gid(unsafe { g.raw }).to_ip());
+    }
+    out
 }

@@ -44,7 +44,7 @@ pub fn attr_for(
             a.ah_attr.is_global = 1;
             a.ah_attr.port_num = 1;
             a.ah_attr.grh.dgid = dgid;
-            a.ah_attr.grh.sgid_index = 0;
+            a.ah_attr.grh.sgid_index = s.sgid_index;
             a.ah_attr.grh.hop_limit = 64;
             a.ah_attr.grh.traffic_class = s.tos;
             let mut m = IBV_QP_STATE

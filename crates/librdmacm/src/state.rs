@@ -19,6 +19,9 @@ pub struct Dev {
     pub ctx: usize,
     /// The device's address and the UDP port its CM answers on.
     pub addr: SocketAddr,
+    /// Port 1's GID table: the address of each entry (RoCE v2), the
+    /// device's interface's IPv6 link-local address first when it has one.
+    pub gids: Vec<IpAddr>,
     /// The protection domain of IDs whose QP was made with no PD.
     pub pd: usize,
     /// The port's active MTU (an `ibv_mtu`).
@@ -99,6 +102,8 @@ pub struct IdState {
     pub outstanding: u32,
     /// Type of service (`RDMA_OPTION_ID_TOS`).
     pub tos: u8,
+    /// The index of the source address's GID on the device.
+    pub sgid_index: u8,
     /// Local ACK timeout (`RDMA_OPTION_ID_ACK_TIMEOUT`).
     pub ack_timeout: Option<u8>,
     /// CQs and completion channels this library made for the ID's QP.
@@ -220,7 +225,10 @@ impl State {
 
     /// The device with address `ip`.
     pub fn dev_of(&self, ip: IpAddr) -> Option<usize> {
-        self.devs.iter().position(|d| d.addr.ip() == ip)
+        self.devs
+            .iter()
+            .position(|d| d.addr.ip() == ip)
+            .or_else(|| self.devs.iter().position(|d| d.gids.contains(&ip)))
     }
 
     /// Queue an event on the channel of `id` (the ID it is about). The
@@ -325,4 +333,25 @@ pub fn set_ud(b: &mut EventBox, data: &[u8], fill: impl FnOnce(&mut rdma_ud_para
 fn keep(b: &mut EventBox, data: &[u8]) -> (*const std::ffi::c_void, u8) {
     b.data = data.to_vec();
     (b.data.as_ptr().cast(), b.data.len().min(255) as u8)
+}
+
+impl Dev {
+    /// The device's address that talks to `peer`: the one of its family.
+    pub fn addr_for(&self, peer: IpAddr) -> IpAddr {
+        match self.addr.ip() {
+            a if a.is_ipv4() == peer.is_ipv4() => a,
+            a => self
+                .gids
+                .iter()
+                .copied()
+                .find(|g| g.is_ipv4() == peer.is_ipv4())
+                .unwrap_or(a),
+        }
+    }
+
+    /// The GID index of the device's address `ip` (0 if it has none).
+    pub fn gid_index(&self, ip: IpAddr) -> u8 {
+        let at = self.gids.iter().position(|g| *g == ip);
+        at.and_then(|i| u8::try_from(i).ok()).unwrap_or(0)
+    }
 }

@@ -108,7 +108,7 @@ pub fn on_reply(st: &mut Locked, id: usize, rep: &SidrRep) {
         // rdma_cm's UDP port space has one Q_Key.
         return st.push(id, event(id, RDMA_CM_EVENT_ADDR_ERROR, -libc::EINVAL));
     }
-    let (dst, tos) = (s.dst, s.tos);
+    let (dst, tos, sgid_index) = (s.dst, s.tos, s.sgid_index);
     let Some(dst) = dst else {
         return;
     };
@@ -120,6 +120,7 @@ pub fn on_reply(st: &mut Locked, id: usize, rep: &SidrRep) {
         ah.is_global = 1;
         ah.port_num = 1;
         ah.grh.dgid = crate::addr::gid_of(dst.ip());
+        ah.grh.sgid_index = sgid_index;
         ah.grh.hop_limit = HOP_LIMIT;
         ah.grh.traffic_class = tos;
     });

@@ -235,8 +235,23 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(m)
 }
 
-/// The MAC address the kernel's ARP table holds for `ip`.
+/// The MAC address an IPv6 link-local address made from one (its
+/// interface ID an EUI-64: `ff:fe` in the middle, the universal/local bit
+/// inverted) stands for.
+fn eui64_mac(ip: IpAddr) -> Option<[u8; 6]> {
+    let IpAddr::V6(v6) = ip else { return None };
+    let o = v6.octets();
+    let link_local = o[0] == 0xfe && o[1] & 0xc0 == 0x80;
+    (link_local && o[11] == 0xff && o[12] == 0xfe)
+        .then(|| [o[8] ^ 0x02, o[9], o[10], o[13], o[14], o[15]])
+}
+
+/// The MAC address the kernel's ARP table holds for `ip`, or that an
+/// IPv6 link-local address names.
 fn neighbour_mac(ip: IpAddr) -> Option<[u8; 6]> {
+    if let Some(mac) = eui64_mac(ip) {
+        return Some(mac);
+    }
     let IpAddr::V4(v4) = ip else { return None };
     let text = std::fs::read_to_string("/proc/net/arp").ok()?;
     text.lines().skip(1).find_map(|l| {
@@ -416,6 +431,15 @@ mod tests {
         assert_eq!(parse_mac("02:75"), None);
         assert_eq!(parse_mac("02:75:7f:00:00:01:02"), None);
         assert_eq!(local_mac("127.0.0.1".parse().unwrap()), Some([0; 6]));
+    }
+
+    #[test]
+    fn link_local_addresses_name_their_mac() {
+        let ip = "fe80::fc:ff:fe00:1".parse().unwrap();
+        assert_eq!(eui64_mac(ip), Some([0x02, 0xfc, 0, 0, 0, 1]));
+        assert_eq!(neighbour_mac(ip), Some([0x02, 0xfc, 0, 0, 0, 1]));
+        assert_eq!(eui64_mac("fe80::1".parse().unwrap()), None);
+        assert_eq!(eui64_mac("::ffff:127.0.0.1".parse().unwrap()), None);
     }
 
     #[test]

@@ -323,8 +323,13 @@ pub fn av_from(ah: &ibv_ah_attr, dev: &DevShared) -> VResult<AddressVector> {
     // SAFETY: every bit pattern of the GID union is a valid byte array.
     let dgid = Gid(unsafe { ah.grh.dgid.raw });
     ensure(!dgid.is_zero(), libc::EINVAL)?;
+    // The source GID is of the destination's family.
+    let sgid = dev
+        .gids
+        .gid(u32::from(ah.grh.sgid_index))
+        .ok_or(libc::EINVAL)?;
     ensure(
-        dgid.to_ip().is_ipv4() == dev.device.local_addr().is_ipv4(),
+        dgid.to_ip().is_ipv4() == sgid.to_ip().is_ipv4(),
         libc::EINVAL,
     )?;
     Ok(AddressVector {

@@ -130,7 +130,7 @@ pub(crate) fn request_id<'p>(
         return refuse("no memory");
     };
     let hdr = CmaHeader::parse(private).ok();
-    let local_ip = st.devs[dev].addr.ip();
+    let local_ip = st.devs[dev].addr_for(peer.ip());
     let port = (service_id & 0xffff) as u16;
     let src = SocketAddr::new(hdr.map(|h| h.dst).unwrap_or(local_ip), port);
     let dst = match hdr {

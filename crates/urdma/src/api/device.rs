@@ -142,7 +142,22 @@ impl Device {
         let local = SocketAddr::new(config.addr, config.port);
         let attr = device_attr_for(&config);
         let engine = Engine::new(local, attr.clone(), None);
-        let driver = UdpDriver::bind(&config.name, local, engine)?;
+        let link_local = crate::config::link_local_for(config.addr).map(|(ll, scope)| {
+            SocketAddr::V6(std::net::SocketAddrV6::new(ll, config.port, 0, scope))
+        });
+        // A device on a link-local address itself binds it in its scope.
+        let bind_at = match local {
+            SocketAddr::V6(a) if crate::config::is_link_local(*a.ip()) => {
+                SocketAddr::V6(std::net::SocketAddrV6::new(
+                    *a.ip(),
+                    a.port(),
+                    0,
+                    crate::config::interface_index(config.addr),
+                ))
+            }
+            a => a,
+        };
+        let driver = UdpDriver::bind_with(&config.name, bind_at, link_local, engine)?;
         let thread = receive_thread.then(|| driver.start()).transpose()?;
         Ok(Self::with_link(
             config,
@@ -192,9 +207,30 @@ impl Device {
         }
     }
 
-    /// GID at `index` (the table has one entry: the RoCE v2 GID of the address).
+    /// The address (and UDP port) each entry of port 1's GID table
+    /// stands for: the device's interface's IPv6 link-local address first
+    /// when it has one (a device on an IPv4 address that is its
+    /// interface's first), then the device's address, as the kernel lays
+    /// out a RoCE netdev's table.
+    pub fn gid_addrs(&self) -> Vec<SocketAddr> {
+        match &self.inner.link {
+            Link::Embedded(d) => d.gids().to_vec(),
+            Link::Agent(a) => a.gids().to_vec(),
+        }
+    }
+
+    /// GID at `index` (RoCE v2; see [`Device::gid_addrs`]).
     pub fn gid(&self, index: usize) -> Option<Gid> {
-        (index == 0).then(|| Gid::from_ip(self.inner.config.addr))
+        let gids = self.gid_addrs();
+        gids.get(index).map(|a| Gid::from_ip(a.ip()))
+    }
+
+    /// The GID table index of the device's address of `ip`'s family: the
+    /// source GID of traffic to `ip`.
+    pub fn gid_index_for(&self, ip: IpAddr) -> Option<usize> {
+        self.gid_addrs()
+            .iter()
+            .position(|a| a.is_ipv4() == ip.is_ipv4())
     }
 
     /// Device attributes and limits.

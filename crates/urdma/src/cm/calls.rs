@@ -24,7 +24,7 @@ impl Cm {
         let path = PathInfo {
             local_lid: 0xFFFF,
             remote_lid: 0xFFFF,
-            local_gid: Gid::from_ip(self.local).0,
+            local_gid: Gid::from_ip(self.local_for(p.peer.ip())).0,
             remote_gid: Gid::from_ip(p.peer.ip()).0,
             traffic_class: p.traffic_class,
             hop_limit: p.hop_limit,

@@ -242,6 +242,9 @@ pub struct Outgoing {
 pub struct Cm {
     /// The device's address (its GID).
     local: IpAddr,
+    /// Its address of the other family, if it has one (the link-local
+    /// IPv6 GID of a device on an IPv4 address).
+    other: Option<IpAddr>,
     /// The device's CA GUID.
     guid: u64,
     /// Packet lifetime code used in the response timeouts.
@@ -298,6 +301,7 @@ impl Cm {
     pub fn new(local: IpAddr, guid: u64, seed: u64) -> Self {
         Cm {
             local,
+            other: None,
             guid,
             packet_lifetime: DEFAULT_PACKET_LIFETIME,
             next_comm_id: (seed as u32).max(1),
@@ -307,6 +311,20 @@ impl Cm {
             tx: VecDeque::new(),
             events: VecDeque::new(),
             refused: 0,
+        }
+    }
+
+    /// Give the CM the device's address of the other family (None: it
+    /// has none).
+    pub fn set_other(&mut self, other: Option<IpAddr>) {
+        self.other = other.filter(|o| o.is_ipv4() != self.local.is_ipv4());
+    }
+
+    /// The device's address that talks to `peer`: the one of its family.
+    fn local_for(&self, peer: IpAddr) -> IpAddr {
+        match self.other {
+            Some(o) if o.is_ipv4() == peer.is_ipv4() => o,
+            _ => self.local,
         }
     }
 

@@ -30,7 +30,10 @@ pub(crate) fn notify(qp: &mut QpCtx, cx: &mut Ctx<'_>) {
     {
         return;
     }
-    let ctx = IcrcContext { src: cx.local, dst };
+    let ctx = IcrcContext {
+        src: cx.local_for(dst),
+        dst,
+    };
     let Ok(data) = urdma_wire::cnp::build_cnp(qp.attr.dest_qp_num, PKEY, &ctx) else {
         return;
     };

@@ -184,6 +184,7 @@ impl Engine {
     }
 
     fn queue_for_kernel_gsi(&mut self, src: SocketAddr, pkt: &Packet<'_>) {
+        let dst = self.local_for(src);
         let Some(queue) = self.kernel_gsi.as_mut() else {
             return;
         };
@@ -194,7 +195,7 @@ impl Engine {
             tracing::debug!(%src, len = pkt.payload.len(), "datagram too large for QP 1 dropped");
             return;
         }
-        let grh = super::responder::received_grh(src, self.local, pkt);
+        let grh = super::responder::received_grh(src, dst, pkt);
         queue.push(GsiDatagram {
             grh,
             // An IPv4 area starts with 20 zero bytes.
@@ -210,7 +211,7 @@ impl Engine {
     /// Carry out a UD SEND of the kernel's QP 1 at `now`; the error is the
     /// status of its completion.
     pub fn send_gsi(&mut self, now: u64, s: &GsiSend<'_>) -> Result<(), WcStatus> {
-        if s.src != self.local.ip() || s.dest_qpn > urdma_wire::QPN_MASK {
+        if !self.gids.iter().any(|g| g.ip() == s.src) || s.dest_qpn > urdma_wire::QPN_MASK {
             return Err(WcStatus::LocQpOpErr);
         }
         if s.payload.len() > MAX_UD_PAYLOAD {

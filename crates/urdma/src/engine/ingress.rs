@@ -135,7 +135,7 @@ impl Engine {
     ) {
         let ctx = IcrcContext {
             src,
-            dst: self.local,
+            dst: self.local_for(src),
         };
         if urdma_wire::cnp::is_cnp(data) {
             return self.on_cnp(now, src, data, &ctx, check_icrc);

@@ -72,6 +72,9 @@ pub(crate) struct Ctx<'a> {
     pub now: u64,
     /// Local device address.
     pub local: SocketAddr,
+    /// The device's address of the other family, if it has one (see
+    /// [`Engine::set_gids`]).
+    pub other: Option<SocketAddr>,
     /// Registered memory by key.
     pub mrs: &'a HashMap<u32, Arc<MrEntry>>,
     /// Datagrams to send.
@@ -113,6 +116,11 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
+    /// The device's address that sends to (and hears from) `peer`.
+    pub fn local_for(&self, peer: SocketAddr) -> SocketAddr {
+        pick_local(self.local, self.other, peer)
+    }
+
     /// Count one event of kind `c` for a QP (its counters `qp`) and for the device.
     pub fn count(&mut self, qp: &mut Counters, c: Counter) {
         counters::count_both(qp, self.counters, c, 1);
@@ -184,6 +192,11 @@ impl<'a> Ctx<'a> {
 /// may be read at any time.
 pub struct Engine {
     local: SocketAddr,
+    /// Port 1's GID table: the address each entry stands for
+    /// ([`Engine::set_gids`]).
+    gids: Vec<SocketAddr>,
+    /// The entry of the other family than `local`, if any.
+    other: Option<SocketAddr>,
     attr: DeviceAttr,
     pds: HashSet<u32>,
     next_pd: u32,
@@ -235,6 +248,8 @@ impl Engine {
         let gsi_psn = rng.gen_range(0..urdma_wire::PSN_MASK);
         Engine {
             local,
+            gids: vec![local],
+            other: None,
             attr,
             pds: HashSet::default(),
             next_pd: 1,
@@ -306,6 +321,32 @@ impl Engine {
         self.local
     }
 
+    /// Set port 1's GID table: the addresses the device has, in table
+    /// order, its own address ([`Engine::local`]) among them and at most
+    /// one of the other family (its interface's IPv6 link-local address).
+    /// A QP's or AH's source GID index names one of them, of the family
+    /// of its destination; packets to a peer leave from the address of
+    /// the peer's family.
+    pub fn set_gids(&mut self, gids: Vec<SocketAddr>) {
+        let local = self.local;
+        self.other = gids
+            .iter()
+            .copied()
+            .find(|g| g.is_ipv4() != local.is_ipv4());
+        self.gids = if gids.is_empty() { vec![local] } else { gids };
+        self.cm.set_other(self.other.map(|a| a.ip()));
+    }
+
+    /// Port 1's GID table ([`Engine::set_gids`]).
+    pub fn gids(&self) -> &[SocketAddr] {
+        &self.gids
+    }
+
+    /// The device's address that sends to (and hears from) `peer`.
+    pub fn local_for(&self, peer: SocketAddr) -> SocketAddr {
+        pick_local(self.local, self.other, peer)
+    }
+
     /// Device attributes.
     pub fn attr(&self) -> &DeviceAttr {
         &self.attr
@@ -358,6 +399,7 @@ impl Engine {
             Ctx {
                 now,
                 local: self.local,
+                other: self.other,
                 mrs: &self.mrs,
                 tx: &mut self.tx,
                 counters: &mut self.counters,
@@ -453,4 +495,13 @@ impl Engine {
 pub(crate) fn drop_packet(qp: &mut QpCtx, cx: &mut Ctx<'_>, why: &str) {
     cx.count(&mut qp.counters, Counter::Dropped);
     tracing::trace!(qpn = qp.qpn, why, "packet dropped");
+}
+
+/// Of a device's address `local` and its address of the other family
+/// `other`, the one of `peer`'s family (`local` if it has none).
+fn pick_local(local: SocketAddr, other: Option<SocketAddr>, peer: SocketAddr) -> SocketAddr {
+    match other {
+        Some(o) if o.is_ipv4() == peer.is_ipv4() => o,
+        _ => local,
+    }
 }

@@ -142,7 +142,13 @@ pub fn send(
         PayloadSrc::Reference(src) => src.append_to(&mut out).map_err(|_| PayloadError)?,
     }
     let closed = match icrc {
-        Icrc::Sealed => urdma_wire::seal(&mut out, &IcrcContext { src: cx.local, dst }),
+        Icrc::Sealed => urdma_wire::seal(
+            &mut out,
+            &IcrcContext {
+                src: cx.local_for(dst),
+                dst,
+            },
+        ),
         Icrc::Internal | Icrc::InternalByReference(_) => urdma_wire::close_unsealed(&mut out),
     };
     if let Err(e) = closed {

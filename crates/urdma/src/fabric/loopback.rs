@@ -50,7 +50,9 @@ pub(crate) fn attach(driver: &Arc<UdpDriver>) {
     }
     let mut t = table().lock().unwrap_or_else(|e| e.into_inner());
     t.retain(|_, w| w.strong_count() > 0);
-    t.insert(driver.local(), Arc::downgrade(driver));
+    for &addr in driver.gids() {
+        t.insert(addr, Arc::downgrade(driver));
+    }
 }
 
 /// Forget the device at `addr` (when it is `driver`, or gone).
@@ -175,7 +177,7 @@ pub(crate) fn run_inline(target: Arc<UdpDriver>) {
 }
 
 /// Datagrams for one device of this process.
-pub(crate) type Delivery = (Arc<UdpDriver>, Vec<Handed>);
+pub(crate) type Delivery = (Arc<UdpDriver>, SocketAddr, Vec<Handed>);
 
 /// Routes of one flush held without allocating: the usual flush goes to
 /// one or two peers.
@@ -190,6 +192,8 @@ pub(crate) struct Routed {
     /// longer one allocates once).
     route: SmallVec<[Option<usize>; 8]>,
     targets: Few<Arc<UdpDriver>>,
+    /// The address each of `targets` is reached at.
+    target_addrs: Few<SocketAddr>,
     /// Datagrams for each of `targets`.
     counts: Few<usize>,
 }
@@ -201,12 +205,14 @@ impl Routed {
     pub fn new(mut out: Vec<Transmit>) -> Self {
         let mut seen: Few<(SocketAddr, Option<usize>)> = SmallVec::new();
         let mut targets: Few<Arc<UdpDriver>> = SmallVec::new();
+        let mut target_addrs: Few<SocketAddr> = SmallVec::new();
         let mut counts: Few<usize> = SmallVec::new();
         let mut route = |t: &Transmit| match seen.iter().find(|(a, _)| *a == t.dst) {
             Some((_, r)) => *r,
             None => {
                 let r = lookup(t.dst).map(|d| {
                     targets.push(d);
+                    target_addrs.push(t.dst);
                     counts.push(0);
                     targets.len() - 1
                 });
@@ -231,6 +237,7 @@ impl Routed {
             out,
             route: routes,
             targets,
+            target_addrs,
             counts,
         }
     }
@@ -262,12 +269,13 @@ impl Routed {
         let mut internal: Few<Delivery> = self
             .targets
             .into_iter()
+            .zip(self.target_addrs)
             .zip(self.counts)
-            .map(|(d, n)| (d, Vec::with_capacity(n)))
+            .map(|((d, a), n)| (d, a, Vec::with_capacity(n)))
             .collect();
         for (t, r) in self.out.into_iter().zip(self.route) {
             match r {
-                Some(i) => internal[i].1.push(Handed {
+                Some(i) => internal[i].2.push(Handed {
                     data: t.data,
                     source: t.source,
                     sink: t.sink,

@@ -41,6 +41,13 @@ pub struct UdpDriver {
     send_order: Mutex<()>,
     socket: UdpSocket,
     local: SocketAddr,
+    /// The socket on the device's address of the other family (its
+    /// interface's link-local IPv6 address), if it has one.
+    second: Option<UdpSocket>,
+    /// That address (without its scope: as peers' GIDs name it).
+    second_local: Option<SocketAddr>,
+    /// Port 1's GID table: the address each entry stands for.
+    gids: Vec<SocketAddr>,
     epoch: Instant,
     shutdown: AtomicBool,
     /// Deadline (ns) the receive thread sleeps until; u64::MAX = no
@@ -88,6 +95,9 @@ pub struct UdpDriver {
 impl Drop for UdpDriver {
     fn drop(&mut self) {
         super::loopback::detach(self.local, self);
+        if let Some(a) = self.second_local {
+            super::loopback::detach(a, self);
+        }
     }
 }
 
@@ -109,6 +119,9 @@ fn make_socket(addr: SocketAddr) -> std::io::Result<(UdpSocket, bool)> {
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
+        // An address still in duplicate address detection (just after its
+        // interface came up) can be bound; it sends once detection ends.
+        let _ = set_int_option(s.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_FREEBIND, 1);
     }
     // Buffers large enough for a full send window of 4 KiB packets; as
     // root the rmem/wmem limits can be exceeded.
@@ -153,7 +166,21 @@ impl Drop for TimerOnDrop<'_> {
 
 impl UdpDriver {
     /// Bind the device socket at `local` and wrap `engine`.
-    pub fn bind(name: &str, local: SocketAddr, mut engine: Engine) -> std::io::Result<Arc<Self>> {
+    pub fn bind(name: &str, local: SocketAddr, engine: Engine) -> std::io::Result<Arc<Self>> {
+        Self::bind_with(name, local, None, engine)
+    }
+
+    /// Bind the device socket at `local`, and at `link_local` (the IPv6
+    /// link-local address of its interface, with its scope, on the same
+    /// port) if given and it can be bound, and wrap `engine`. The GID
+    /// table is then `[link_local, local]` (as the kernel orders a RoCE
+    /// netdev's), else `[local]`.
+    pub fn bind_with(
+        name: &str,
+        local: SocketAddr,
+        link_local: Option<SocketAddr>,
+        mut engine: Engine,
+    ) -> std::io::Result<Arc<Self>> {
         engine.set_selective(crate::config::selective());
         engine.set_internal_peer_test(std::sync::Arc::new(|peer| {
             super::loopback::lookup(peer).is_some()
@@ -169,7 +196,23 @@ impl UdpDriver {
             }
             engine.set_device_window(window);
         }
-        let local = socket.local_addr()?;
+        let local = unscoped(socket.local_addr()?);
+        let second = link_local.and_then(|ll| {
+            let ll = SocketAddr::new(ll.ip(), local.port()).set_scope(ll);
+            match make_socket(ll) {
+                Ok((s, _)) => Some(s),
+                Err(e) => {
+                    tracing::warn!(name, addr = %ll, error = %e, "link-local GID left out");
+                    None
+                }
+            }
+        });
+        let second_local = second
+            .as_ref()
+            .and_then(|s| s.local_addr().ok())
+            .map(unscoped);
+        let gids: Vec<SocketAddr> = second_local.into_iter().chain([local]).collect();
+        engine.set_gids(gids.clone());
         let alarm = super::alarm::Alarm::new()?;
         let driver = Arc::new_cyclic(|me| UdpDriver {
             name: name.to_string(),
@@ -177,6 +220,9 @@ impl UdpDriver {
             send_order: Mutex::new(()),
             socket,
             local,
+            second,
+            second_local,
+            gids,
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
             sleeping_until: AtomicU64::new(u64::MAX),
@@ -204,6 +250,28 @@ impl UdpDriver {
     /// The bound address.
     pub fn local(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Port 1's GID table: the address (and port) each entry stands for.
+    pub fn gids(&self) -> &[SocketAddr] {
+        &self.gids
+    }
+
+    /// The device's address that sends to (and hears from) `peer`: the
+    /// one of its family.
+    pub fn local_for(&self, peer: SocketAddr) -> SocketAddr {
+        match self.second_local {
+            Some(s) if self.local.is_ipv4() != peer.is_ipv4() => s,
+            _ => self.local,
+        }
+    }
+
+    /// The socket that sends to `peer` (that of its family).
+    pub(super) fn socket_for(&self, peer: SocketAddr) -> &UdpSocket {
+        match &self.second {
+            Some(s) if self.local.is_ipv4() != peer.is_ipv4() => s,
+            _ => &self.socket,
+        }
     }
 
     /// Engine time now, in ns.
@@ -393,5 +461,32 @@ impl UdpDriver {
     /// Next async event, waiting up to `timeout` (None: forever).
     pub fn next_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
         self.events.next(timeout)
+    }
+}
+
+/// `addr` without an IPv6 scope or flow information: as a GID names it.
+pub fn unscoped(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(a) => SocketAddr::V6(std::net::SocketAddrV6::new(*a.ip(), a.port(), 0, 0)),
+        a => a,
+    }
+}
+
+/// Giving an address the IPv6 scope of another.
+trait SetScope {
+    fn set_scope(self, from: SocketAddr) -> SocketAddr;
+}
+
+impl SetScope for SocketAddr {
+    fn set_scope(self, from: SocketAddr) -> SocketAddr {
+        match (self, from) {
+            (SocketAddr::V6(a), SocketAddr::V6(f)) => SocketAddr::V6(std::net::SocketAddrV6::new(
+                *a.ip(),
+                a.port(),
+                0,
+                f.scope_id(),
+            )),
+            (a, _) => a,
+        }
     }
 }

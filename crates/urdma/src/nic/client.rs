@@ -53,6 +53,7 @@ struct Channel {
 pub struct AgentLink {
     chan: Mutex<Option<Channel>>,
     local: SocketAddr,
+    gids: Vec<SocketAddr>,
     ud_max: usize,
     qps: Mutex<HashMap<u32, QpMirror>>,
     srqs: Mutex<HashMap<u32, SrqMirror>>,
@@ -139,7 +140,7 @@ impl AgentLink {
             buf: channel::MsgBuf::default(),
         };
         answer(&mut chan)?;
-        let local = match ask(
+        let (local, gids) = match ask(
             &mut chan,
             &Request::OpenDevice {
                 name: name.to_string(),
@@ -148,7 +149,7 @@ impl AgentLink {
             },
             &[],
         )? {
-            Value::Device { local } => local,
+            Value::Device { local, gids } => (local, gids),
             v => return Err(unexpected(v)),
         };
         // URDMA_PCAP: this program's capture, written by the NIC.
@@ -179,6 +180,7 @@ impl AgentLink {
         Ok(AgentLink {
             chan: Mutex::new(Some(chan)),
             local,
+            gids,
             ud_max,
             qps: Mutex::new(HashMap::new()),
             srqs: Mutex::new(HashMap::new()),
@@ -189,6 +191,11 @@ impl AgentLink {
             thread: Mutex::new(Some(thread)),
             closing,
         })
+    }
+
+    /// Port 1's GID table the NIC reported: the address of each entry.
+    pub fn gids(&self) -> &[SocketAddr] {
+        &self.gids
     }
 
     /// Address and UDP port the NIC bound for the device.

@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Protocol version; a driver and an agent of different versions refuse
 /// each other at [`Request::Hello`].
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 256 << 10;
@@ -247,10 +247,12 @@ pub enum Value {
     CmId(Option<u32>),
     /// A number (PD, QP, SRQ, CQ, key).
     Number(u32),
-    /// The device: its bound address.
+    /// The device: its bound address and GID table.
     Device {
         /// Address and UDP port the NIC bound.
         local: SocketAddr,
+        /// Port 1's GID table: the address each entry stands for.
+        gids: Vec<SocketAddr>,
     },
     /// QP attributes.
     QpAttr(QpAttr),

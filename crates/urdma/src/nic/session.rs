@@ -217,8 +217,9 @@ impl Session {
             let name = crate::config::permit_device(&name, addr, port, self.uid, agent_uid)?;
             let dev = nic.open_device(&name, addr, port)?;
             let local = dev.device.local_addr();
+            let gids = dev.driver.gids().to_vec();
             self.device = Some(dev);
-            return Ok(Value::Device { local });
+            return Ok(Value::Device { local, gids });
         }
         let dev = self.device()?.clone();
         let d = &dev.driver;

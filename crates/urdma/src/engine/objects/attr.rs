@@ -8,12 +8,13 @@ use std::net::SocketAddr;
 use urdma_wire::{PSN_MASK, QPN_MASK};
 
 /// Check the values `mask` selects in `a` against IB ranges, the device
-/// limits `dev` and the address family of the device at `local`.
+/// limits `dev` and the device's GID table `gids` (the source GID index
+/// must name an entry of the destination's address family).
 pub(super) fn validate_values(
     a: &QpAttr,
     mask: M,
     dev: &DeviceAttr,
-    local: SocketAddr,
+    gids: &[SocketAddr],
 ) -> Result<()> {
     if mask.contains(M::PORT) && a.port_num != 1 {
         return Err(Error::inval(format!("port {} does not exist", a.port_num)));
@@ -73,14 +74,17 @@ pub(super) fn validate_values(
         if av.dgid.is_zero() {
             return Err(Error::inval("address vector without a destination GID"));
         }
-        if av.sgid_index != 0 {
+        let Some(sgid) = gids.get(usize::from(av.sgid_index)) else {
             return Err(Error::inval(format!(
                 "sgid index {} out of range",
                 av.sgid_index
             )));
-        }
-        if av.dgid.to_ip().is_ipv4() != local.is_ipv4() {
-            return Err(Error::inval("destination GID of another address family"));
+        };
+        if av.dgid.to_ip().is_ipv4() != sgid.is_ipv4() {
+            return Err(Error::inval(format!(
+                "destination GID {} of another address family than source GID {}",
+                av.dgid, av.sgid_index
+            )));
         }
         if av.udp_port == 0 {
             return Err(Error::inval("UDP port 0"));

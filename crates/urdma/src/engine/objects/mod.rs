@@ -319,12 +319,12 @@ impl Engine {
     /// values, then apply them.
     pub(crate) fn modify_qp(&mut self, now: u64, qpn: u32, attr: &QpAttr, mask: M) -> Result<()> {
         let dev = self.attr.clone();
-        let local = self.local;
+        let gids = self.gids.clone();
         let internal_peer = self.internal_peer.clone();
         let (qp, mut cx) = self.qp_and_ctx(now, qpn)?;
         let cur = qp.state();
         let to = check_transition(qp.qp_type, cur, mask, attr.qp_state, attr.cur_qp_state)?;
-        attr::validate_values(attr, mask, &dev, local)?;
+        attr::validate_values(attr, mask, &dev, &gids)?;
         if mask.contains(M::CAP) {
             return Err(Error::inval("resizing QP queues is not supported"));
         }

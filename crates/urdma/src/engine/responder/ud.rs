@@ -23,7 +23,7 @@ pub(super) fn request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Res
         return Err(RespError::Length.into());
     }
     let wqe = take_recv(qp, cx)?;
-    let grh = received_grh(cx.last_src, cx.local, pkt);
+    let grh = received_grh(cx.last_src, cx.local_for(cx.last_src), pkt);
     let (wqe, total) = place(wqe, 0, &[Body::Bytes(&grh), cx.body(pkt.payload)])?;
     let mut wc = recv_wc(qp, &wqe, WcOpcode::Recv, total, deth.src_qp, pkt);
     wc.wc_flags |= WcFlags::GRH;

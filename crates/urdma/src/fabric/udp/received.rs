@@ -51,7 +51,7 @@ impl UdpDriver {
                 for (src, data, _) in batch.iter() {
                     if let (Some(src), Some(data)) = (src, data) {
                         if !data.is_empty() {
-                            cap.record_received(src, self.local, data);
+                            cap.record_received(src, self.local_for(src), data);
                         }
                     }
                 }
@@ -103,10 +103,22 @@ impl UdpDriver {
         if self.is_stopped() {
             return false;
         }
+        let mut traffic = self.take_from(self.socket.as_raw_fd(), true);
+        if let Some(second) = &self.second {
+            traffic |= self.take_from(second.as_raw_fd(), true);
+        }
+        traffic
+    }
+
+    /// Take and handle the datagrams waiting on socket `fd`, without
+    /// waiting, unless another thread takes datagrams now; `polling`: on a
+    /// thread other than the receive thread. True if datagrams with bytes
+    /// came.
+    pub(super) fn take_from(&self, fd: std::os::fd::RawFd, polling: bool) -> bool {
         let Some(mut rx) = self.try_take_rx() else {
             return false;
         };
-        match rx.recv(self.socket.as_raw_fd()) {
+        match rx.recv(fd) {
             Ok(n) if n > 0 => {}
             Ok(_) => return false,
             Err(e) => {
@@ -115,12 +127,14 @@ impl UdpDriver {
             }
         }
         let traffic = carries_traffic(&rx);
-        let (eng, now) = self.handle_received(Some(&rx), true);
+        let (eng, now) = self.handle_received(Some(&rx), polling);
         drop(rx);
-        if traffic {
-            self.polled_rx.store(now, Ordering::Relaxed);
+        if polling {
+            if traffic {
+                self.polled_rx.store(now, Ordering::Relaxed);
+            }
+            self.polled_batches.fetch_add(1, Ordering::Relaxed);
         }
-        self.polled_batches.fetch_add(1, Ordering::Relaxed);
         self.flush(eng, now);
         traffic
     }

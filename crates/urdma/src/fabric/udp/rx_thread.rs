@@ -23,6 +23,9 @@ impl UdpDriver {
     pub fn stop(&self) {
         self.shutdown.store(true, Ordering::Release);
         super::super::loopback::detach(self.local, self);
+        if let Some(a) = self.second_local {
+            super::super::loopback::detach(a, self);
+        }
         self.wake();
     }
 
@@ -37,7 +40,7 @@ impl UdpDriver {
         self.shutdown.load(Ordering::Acquire)
     }
 
-    /// Wait until the socket is readable (true), or the inbox holds
+    /// Wait until a socket is readable (true), or the inbox holds
     /// datagrams, the alarm goes off or `timeout` passes (false). Polls
     /// without sleeping until `spin_until` (busy polling: input that comes
     /// soon is taken without the cost of a wake-up).
@@ -48,14 +51,17 @@ impl UdpDriver {
         spin_until: Instant,
     ) -> std::io::Result<bool> {
         let [wake, timer] = self.alarm.fds();
-        let fds = [fd, wake, timer];
-        // Bit 0: the socket; the others: the alarm, cleared once seen.
+        use std::os::fd::AsRawFd;
+        // A negative descriptor is ignored by poll.
+        let second = self.second.as_ref().map_or(-1, |s| s.as_raw_fd());
+        let fds = [fd, wake, timer, second];
+        // Bits 0 and 3: the sockets; the others: the alarm, cleared once seen.
         let readable = |timeout| -> std::io::Result<Option<bool>> {
             let ready = super::super::batch::wait_any(&fds, timeout)?;
             if ready & 0b110 != 0 {
                 self.alarm.clear();
             }
-            Ok((ready != 0).then_some(ready & 1 != 0))
+            Ok((ready != 0).then_some(ready & 0b1001 != 0))
         };
         let end = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
@@ -146,6 +152,13 @@ impl UdpDriver {
             // whatever arrived without blocking.
             let polled = self.epoch + Duration::from_nanos(self.polled_rx.load(Ordering::Relaxed));
             let readable = self.wait_input(fd, timeout, last_rx.max(polled) + busy_poll);
+            // The link-local socket's datagrams are taken first, in a
+            // batch of their own.
+            if let (Ok(true), Some(second)) = (&readable, &self.second) {
+                if self.take_from(second.as_raw_fd(), false) {
+                    last_rx = std::time::Instant::now();
+                }
+            }
             // A thread polling a CQ that holds the buffers is taking the
             // datagrams (in order): this one goes on to its other work.
             let mut rx = match &readable {

@@ -62,10 +62,11 @@ impl UdpDriver {
         // each batch reaches the file at once.
         self.each_capture(|cap| {
             for (t, internal) in routed.all() {
+                let src = self.local_for(t.dst);
                 if !internal {
-                    cap.record(self.local, t.dst, &t.data);
+                    cap.record(src, t.dst, &t.data);
                 } else if let Some(whole) = whole(&t.data, t.source.as_ref()) {
-                    cap.record_internal(self.local, t.dst, &whole);
+                    cap.record_internal(src, t.dst, &whole);
                 }
             }
             cap.flush();
@@ -73,15 +74,32 @@ impl UdpDriver {
         let (internal, external) = routed.split();
         // Queued in engine order, taken (below) with nothing held.
         let mut targets: smallvec::SmallVec<[_; 4]> = smallvec::SmallVec::new();
-        for (target, datagrams) in internal {
+        for (target, to, datagrams) in internal {
             // Never to this device itself: its inbox is drained below.
             let many = super::super::loopback::hand_off(&datagrams)
                 && !std::ptr::eq(Arc::as_ptr(&target), self);
-            target.inbox.push(self.local, datagrams);
+            target.inbox.push(self.local_for(to), datagrams);
             targets.push((target, many));
         }
         let mut external = external;
-        let failed = super::super::batch::send_all(self.socket.as_raw_fd(), &mut external);
+        let mut failed = 0;
+        if self.second.is_some()
+            && external
+                .iter()
+                .any(|t| t.dst.is_ipv4() != self.local.is_ipv4())
+        {
+            // Each family through its own socket.
+            let (mut other, mut same): (Vec<_>, Vec<_>) = external
+                .into_iter()
+                .partition(|t| t.dst.is_ipv4() != self.local.is_ipv4());
+            let s = self.socket_for(other[0].dst);
+            failed += super::super::batch::send_all(s.as_raw_fd(), &mut other);
+            failed += super::super::batch::send_all(self.socket.as_raw_fd(), &mut same);
+            same.append(&mut other);
+            external = same;
+        } else {
+            failed = super::super::batch::send_all(self.socket.as_raw_fd(), &mut external);
+        }
         drop(sending);
         crate::bufpool::give_all(external.into_iter().map(|t| t.data));
         for (target, many) in targets {
@@ -111,7 +129,7 @@ impl UdpDriver {
     ) {
         for t in external {
             if t.data.ends_with(&[0; urdma_wire::ICRC_LEN]) {
-                let ctx = urdma_wire::IcrcContext::new(self.local, t.dst);
+                let ctx = urdma_wire::IcrcContext::new(self.local_for(t.dst), t.dst);
                 if let Err(e) = urdma_wire::reseal(&mut t.data, &ctx) {
                     tracing::debug!(dst = %t.dst, error = %e, "cannot seal a datagram");
                 }
