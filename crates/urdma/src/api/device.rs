@@ -101,6 +101,29 @@ pub fn device_attr_for(config: &DeviceConfig) -> DeviceAttr {
 /// Entries of port 1's GID table.
 pub const GID_TABLE_LEN: u32 = 16;
 
+/// The GID at `index` of port 1's table of a device on `config`: entry 0
+/// is the RoCE v2 GID of its address, the others are empty.
+pub fn gid_for(config: &DeviceConfig, index: usize) -> Option<Gid> {
+    (index == 0).then(|| Gid::from_ip(config.addr))
+}
+
+/// The attributes of port 1 of a device with the attributes `attr` (its
+/// GID table has [`GID_TABLE_LEN`] entries, of which [`gid_for`] 0 is set).
+pub fn port_attr_for(attr: &DeviceAttr) -> PortAttr {
+    PortAttr {
+        state: 4,
+        max_mtu: Mtu::Mtu4096,
+        active_mtu: attr.port_mtu,
+        // A table with room, as a port has: entry 0 is the device's
+        // address, the others are empty.
+        gid_tbl_len: GID_TABLE_LEN,
+        pkey_tbl_len: 1,
+        max_msg_sz: crate::verbs::MAX_MSG_SZ,
+        phys_state: 5,
+        link_layer_ethernet: true,
+    }
+}
+
 impl Device {
     /// Open a device on the host's shared NIC (the urdma NIC agent,
     /// started if none runs), or inside this process when
@@ -194,7 +217,7 @@ impl Device {
 
     /// GID at `index` (the table has one entry: the RoCE v2 GID of the address).
     pub fn gid(&self, index: usize) -> Option<Gid> {
-        (index == 0).then(|| Gid::from_ip(self.inner.config.addr))
+        gid_for(&self.inner.config, index)
     }
 
     /// Device attributes and limits.
@@ -205,18 +228,7 @@ impl Device {
     /// Attributes of port 1 (its GID table has [`GID_TABLE_LEN`]
     /// entries, of which [`Device::gid`] 0 is set).
     pub fn port_attr(&self) -> PortAttr {
-        PortAttr {
-            state: 4,
-            max_mtu: Mtu::Mtu4096,
-            active_mtu: self.inner.attr.port_mtu,
-            // A table with room, as a port has: entry 0 is the device's
-            // address, the others are empty.
-            gid_tbl_len: GID_TABLE_LEN,
-            pkey_tbl_len: 1,
-            max_msg_sz: crate::verbs::MAX_MSG_SZ,
-            phys_state: 5,
-            link_layer_ethernet: true,
-        }
+        port_attr_for(&self.inner.attr)
     }
 
     /// Allocate a protection domain.
