@@ -103,10 +103,11 @@ fn key(c: &DeviceConfig) -> String {
 /// own interface entry, the loopback interface.
 pub fn netdev_of(addr: IpAddr) -> Option<(u32, String)> {
     let ifs = if_addrs::get_if_addrs().ok()?;
-    let i = ifs
-        .iter()
-        .find(|i| i.ip() == addr)
-        .or_else(|| addr.is_loopback().then(|| ifs.iter().find(|i| i.is_loopback())).flatten())?;
+    let i = ifs.iter().find(|i| i.ip() == addr).or_else(|| {
+        addr.is_loopback()
+            .then(|| ifs.iter().find(|i| i.is_loopback()))
+            .flatten()
+    })?;
     let name = i.name.split(':').next().unwrap_or(&i.name).to_string();
     Some((i.index.unwrap_or(0), name))
 }
