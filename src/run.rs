@@ -247,7 +247,13 @@ fn device_view(addr: Option<IpAddr>, cmd: &mut std::process::Command) {
     // would keep the program's mounts for its whole life and, in a user
     // namespace, see every other user as the overflow user.
     if !urdma::nic::embedded_by_default() {
-        if let Err(e) = urdma::nic::spawn::connect_or_start() {
+        // Quietly: the program's library reports its own failure to
+        // reach an agent.
+        let found =
+            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::new(), || {
+                urdma::nic::spawn::connect_or_start()
+            });
+        if let Err(e) = found {
             tracing::debug!(error = %e, "no NIC agent before the program starts");
         }
         if !nix::unistd::geteuid().is_root() {

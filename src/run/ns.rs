@@ -99,9 +99,11 @@ fn rebind(old: &File, dir: &Path, name: &std::ffi::OsStr, kind: std::fs::FileTyp
 }
 
 /// Cover `dir` with a tmpfs that holds every entry it held (bound back
-/// from the original); on failure the tmpfs is gone again.
-fn overlay(dir: &Path) -> Result<()> {
-    let list = entries(dir)?;
+/// from the original) that `keep` accepts; on failure the tmpfs is gone
+/// again.
+fn overlay(dir: &Path, keep: fn(&std::fs::FileType) -> bool) -> Result<()> {
+    let mut list = entries(dir)?;
+    list.retain(|(_, kind)| keep(kind));
     let old = File::options()
         .read(true)
         .custom_flags(nix::libc::O_PATH | nix::libc::O_DIRECTORY)
@@ -124,12 +126,24 @@ fn overlay(dir: &Path) -> Result<()> {
     filled
 }
 
+/// Every entry.
+fn all(_: &std::fs::FileType) -> bool {
+    true
+}
+
+/// The kernel's entries of a device class: its devices are symbolic
+/// links (to `/sys/devices`); a folder is a urdma device of the view of
+/// an enclosing `urdma run`, described anew here.
+fn kernel_entries(kind: &std::fs::FileType) -> bool {
+    !kind.is_dir()
+}
+
 /// Make `dir` a folder of the view: a new one, or the covered original's
-/// entries on a tmpfs of its own when it exists (the kernel's devices
-/// stay beside urdma's). True when a tmpfs was mounted.
-fn own_folder(dir: &Path) -> Result<bool> {
+/// entries that `keep` accepts on a tmpfs of its own when it exists (the
+/// kernel's devices stay beside urdma's). True when a tmpfs was mounted.
+fn own_folder(dir: &Path, keep: fn(&std::fs::FileType) -> bool) -> Result<bool> {
     if dir.is_dir() {
-        overlay(dir)?;
+        overlay(dir, keep)?;
         return Ok(true);
     }
     std::fs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -161,12 +175,12 @@ fn read_only(dir: &Path) -> Result<()> {
 /// covers `/sys/class`.
 fn sysfs(devices: &[view::Device], mounted: &mut Vec<&'static str>) -> Result<()> {
     let class = Path::new("/sys/class");
-    overlay(class)?;
+    overlay(class, all)?;
     mounted.push("/sys/class");
     let mut tmpfs = vec![class.to_path_buf()];
     for sub in ["infiniband", "infiniband_verbs"] {
         let d = class.join(sub);
-        if own_folder(&d)? {
+        if own_folder(&d, kernel_entries)? {
             tmpfs.push(d);
         }
     }
@@ -193,10 +207,10 @@ fn sysfs(devices: &[view::Device], mounted: &mut Vec<&'static str>) -> Result<()
 /// `mounted` gets the tmpfs once it covers `/dev`.
 fn dev(devices: &[view::Device], mounted: &mut Vec<&'static str>) -> Result<()> {
     let dev = Path::new("/dev");
-    overlay(dev)?;
+    overlay(dev, all)?;
     mounted.push("/dev");
     let ib = dev.join("infiniband");
-    own_folder(&ib)?;
+    own_folder(&ib, all)?;
     for d in devices {
         let node = ib.join(&d.uverbs);
         if node.exists() {
