@@ -1,6 +1,10 @@
 //! `urdma run [--addr IP] -- CMD ARGS`: run an unmodified verbs or
 //! rdma_cm program on urdma, with urdma's libibverbs.so.1 and
-//! librdmacm.so.1 in front of the system's.
+//! librdmacm.so.1 in front of the system's, and the devices it will see
+//! in a view of `/sys/class` and `/dev` of its own ([`ns`], [`view`]).
+
+mod ns;
+mod view;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -29,6 +33,11 @@ pub struct RunArgs {
     /// (sets URDMA_PCAP; `%p` in the name becomes the process id).
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    /// Run the program without the device view: no private mount
+    /// namespace, the host's own /sys and /dev (where urdma devices have
+    /// no entries).
+    #[arg(long)]
+    no_sysfs: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
     command: Vec<OsString>,
@@ -189,6 +198,9 @@ pub fn run(a: &RunArgs) -> Result<()> {
             cmd.env("URDMA_AGENT_BIN", exe);
         }
     }
+    if !a.no_sysfs {
+        device_view(a.addr, &mut cmd);
+    }
     let err = cmd.exec();
     let code = match err.kind() {
         std::io::ErrorKind::NotFound => 127,
@@ -199,4 +211,66 @@ pub fn run(a: &RunArgs) -> Result<()> {
         a.command[0].to_string_lossy()
     );
     std::process::exit(code);
+}
+
+/// Give the program the device view (see docs/urdma-run.md, "The device
+/// view"): describe the devices it will see, make sure the NIC agent runs
+/// outside the namespace, then enter the namespace. Where that cannot be
+/// done the program runs without the view, and says so once.
+fn device_view(addr: Option<IpAddr>, cmd: &mut std::process::Command) {
+    // The devices the program's library will list, in its order.
+    if let Some(ip) = addr {
+        std::env::set_var("URDMA_ADDR", ip.to_string());
+    }
+    let configs = match urdma::config::discover() {
+        Ok(c) if !c.is_empty() => c,
+        // The library says why it has no devices.
+        _ => return,
+    };
+    let node = match ns::placeholder_numbers() {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("urdma: the program runs without the device view: {e:#}");
+            return;
+        }
+    };
+    let devices: Vec<view::Device> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let netdev = urdma_verbs::device::netdev_of(c.addr).map(|(_, n)| n);
+            let loc = view::locality(netdev.as_deref());
+            view::device(c, i, netdev.as_deref(), &loc, &node)
+        })
+        .collect();
+    // A shared agent lives outside the namespace: started inside, it
+    // would keep the program's mounts for its whole life and, in a user
+    // namespace, see every other user as the overflow user.
+    if !urdma::nic::embedded_by_default() {
+        // Quietly: the program's library reports its own failure to
+        // reach an agent.
+        let found =
+            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::new(), || {
+                urdma::nic::spawn::connect_or_start()
+            });
+        if let Err(e) = found {
+            tracing::debug!(error = %e, "no NIC agent before the program starts");
+        }
+        if !nix::unistd::geteuid().is_root() {
+            if let Some(t) = urdma::nic::vouch::for_user_namespace() {
+                cmd.env(urdma::nic::vouch::VOUCH_ENV, t);
+            }
+        }
+    }
+    match ns::enter(&devices) {
+        Ok(()) => {}
+        Err(ns::Refused::NoNamespace(why)) => eprintln!(
+            "urdma: the program runs without the device view (/sys/class/infiniband, \
+             /dev/infiniband): {why}"
+        ),
+        Err(ns::Refused::Mount(e)) => eprintln!(
+            "urdma: the program runs without the device view (/sys/class/infiniband, \
+             /dev/infiniband): {e:#}"
+        ),
+    }
 }

@@ -98,21 +98,30 @@ fn key(c: &DeviceConfig) -> String {
     format!("{}@{}:{}", c.name, c.addr, c.port)
 }
 
-/// Interface index of the interface holding `addr`; for a loopback
-/// address without its own interface entry, the loopback interface.
+/// The network interface holding `addr` (its index, 0 if unknown, and
+/// its name without an alias label); for a loopback address without its
+/// own interface entry, the loopback interface.
+pub fn netdev_of(addr: IpAddr) -> Option<(u32, String)> {
+    let ifs = if_addrs::get_if_addrs().ok()?;
+    let i = ifs.iter().find(|i| i.ip() == addr).or_else(|| {
+        addr.is_loopback()
+            .then(|| ifs.iter().find(|i| i.is_loopback()))
+            .flatten()
+    })?;
+    let name = i.name.split(':').next().unwrap_or(&i.name).to_string();
+    Some((i.index.unwrap_or(0), name))
+}
+
+/// Interface index of the interface holding `addr` ([`netdev_of`]; 0 if none).
 fn ifindex_of(addr: IpAddr) -> u32 {
-    let Ok(ifs) = if_addrs::get_if_addrs() else {
-        return 0;
-    };
-    if let Some(i) = ifs.iter().find(|i| i.ip() == addr) {
-        return i.index.unwrap_or(0);
-    }
-    if addr.is_loopback() {
-        if let Some(i) = ifs.iter().find(|i| i.is_loopback()) {
-            return i.index.unwrap_or(0);
-        }
-    }
-    0
+    netdev_of(addr).map_or(0, |(i, _)| i)
+}
+
+/// The name of the uverbs device node the device at `index` of the
+/// process's device table gives (`ibv_device::dev_name`); UCX and
+/// rdma-core look for `/dev/infiniband/` followed by it.
+pub fn uverbs_name(index: usize) -> String {
+    format!("uverbs{index}")
 }
 
 /// Open `config`'s device, or share the one already open in this process;
@@ -157,8 +166,9 @@ fn make_device(config: DeviceConfig, index: usize) -> &'static Device {
     ibv.node_type = IBV_NODE_CA;
     ibv.transport_type = IBV_TRANSPORT_IB;
     copy_cstr(&mut ibv.name, &config.name);
-    copy_cstr(&mut ibv.dev_name, &format!("uverbs{index}"));
-    copy_cstr(&mut ibv.dev_path, &format!("/dev/infiniband/uverbs{index}"));
+    let uverbs = uverbs_name(index);
+    copy_cstr(&mut ibv.dev_name, &uverbs);
+    copy_cstr(&mut ibv.dev_path, &format!("/dev/infiniband/{uverbs}"));
     copy_cstr(
         &mut ibv.ibdev_path,
         &format!("/sys/class/infiniband/{}", config.name),

@@ -101,6 +101,37 @@ pub fn device_attr_for(config: &DeviceConfig) -> DeviceAttr {
 /// Entries of port 1's GID table.
 pub const GID_TABLE_LEN: u32 = 16;
 
+/// The GID at `index` of port 1's table of a device on `config`, as the
+/// device lays it out when it opens (see [`Device::gid_addrs`]): its
+/// interface's IPv6 link-local address first where it has one, then its
+/// address; the other entries are empty.
+pub fn gid_for(config: &DeviceConfig, index: usize) -> Option<Gid> {
+    let link_local = crate::config::link_local_for(config.addr).map(|(ll, _)| IpAddr::V6(ll));
+    link_local
+        .into_iter()
+        .chain([config.addr])
+        .nth(index)
+        .map(Gid::from_ip)
+}
+
+/// The attributes of port 1 of a device with the attributes `attr` (its
+/// GID table has room for [`GID_TABLE_LEN`] entries, of which [`gid_for`]
+/// names those set).
+pub fn port_attr_for(attr: &DeviceAttr) -> PortAttr {
+    PortAttr {
+        state: 4,
+        max_mtu: Mtu::Mtu4096,
+        active_mtu: attr.port_mtu,
+        // A table with room, as a port has: the entries of [`gid_for`],
+        // the others empty.
+        gid_tbl_len: GID_TABLE_LEN,
+        pkey_tbl_len: 1,
+        max_msg_sz: crate::verbs::MAX_MSG_SZ,
+        phys_state: 5,
+        link_layer_ethernet: true,
+    }
+}
+
 impl Device {
     /// Open a device on the host's shared NIC (the urdma NIC agent,
     /// started if none runs), or inside this process when
@@ -241,18 +272,7 @@ impl Device {
     /// Attributes of port 1 (its GID table has [`GID_TABLE_LEN`]
     /// entries, of which [`Device::gid`] 0 is set).
     pub fn port_attr(&self) -> PortAttr {
-        PortAttr {
-            state: 4,
-            max_mtu: Mtu::Mtu4096,
-            active_mtu: self.inner.attr.port_mtu,
-            // A table with room, as a port has: entry 0 is the device's
-            // address, the others are empty.
-            gid_tbl_len: GID_TABLE_LEN,
-            pkey_tbl_len: 1,
-            max_msg_sz: crate::verbs::MAX_MSG_SZ,
-            phys_state: 5,
-            link_layer_ethernet: true,
-        }
+        port_attr_for(&self.inner.attr)
     }
 
     /// Allocate a protection domain.

@@ -13,7 +13,9 @@ mod qp;
 mod wr;
 
 pub use cq::Cq;
-pub use device::{device_attr_for, node_guid, Device, DeviceConfig, GID_TABLE_LEN};
+pub use device::{
+    device_attr_for, gid_for, node_guid, port_attr_for, Device, DeviceConfig, GID_TABLE_LEN,
+};
 pub use mr::{Mr, MrSlice, Pd, RemoteBuf};
 pub use qp::{connect_steps, ConnectOptions, Endpoint, Qp, QpInitAttr};
 pub use wr::{RecvWr, SendWr};

@@ -27,6 +27,7 @@ pub mod memfile;
 pub mod proto;
 pub mod session;
 pub mod spawn;
+pub mod vouch;
 
 use crate::engine::command::{Command, Reply};
 use crate::engine::{RecvRequest, SendRequest};

@@ -27,10 +27,25 @@ pub(super) fn request(qp: &mut QpCtx, cx: &mut Ctx<'_>, pkt: &Packet<'_>) -> Res
     let (wqe, total) = place(wqe, 0, &[Body::Bytes(&grh), cx.body(pkt.payload)])?;
     let mut wc = recv_wc(qp, &wqe, WcOpcode::Recv, total, deth.src_qp, pkt);
     wc.wc_flags |= WcFlags::GRH;
+    wc.sl = roce_packet_type(&grh);
     // Release the buffers before the completion becomes visible.
     drop(wqe);
     qp.push_wc(cx, wc, true, pkt.repr.bth.solicited);
     Ok(())
+}
+
+/// `ibv_wc::sl` of a UD receive on RoCE: not a service level (RoCE v2 has
+/// none on the wire) but the kind of network header the GRH area holds,
+/// as mlx5 devices report it to user space: bit 3 set for a RoCE v2
+/// (UDP) packet, bits 2:0 the L3 header, 2 for IPv4 and 1 for IPv6. UCX
+/// reads these bits to find the destination address in the GRH area (the
+/// last 4 bytes for IPv4, else the last 16).
+fn roce_packet_type(grh: &[u8; GRH_LEN]) -> u8 {
+    const UDP: u8 = 0x8;
+    const L3_IPV6: u8 = 0x1;
+    const L3_IPV4: u8 = 0x2;
+    // An IPv4 area starts with 20 zero bytes, an IPv6 one with version 6.
+    UDP | if grh[0] >> 4 == 6 { L3_IPV6 } else { L3_IPV4 }
 }
 
 /// The GRH area of `pkt`, received from `src` at `dst`.
@@ -59,6 +74,26 @@ fn grh_bytes(src: SocketAddr, dst: SocketAddr, udp_len: usize) -> [u8; GRH_LEN] 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_packet_type_names_the_header_in_the_grh_area() {
+        let v4 = grh_bytes(
+            "127.0.0.1:4791".parse().unwrap(),
+            "127.0.0.2:4791".parse().unwrap(),
+            100,
+        );
+        let v6 = grh_bytes(
+            "[fd00::1]:4791".parse().unwrap(),
+            "[fd00::2]:4791".parse().unwrap(),
+            100,
+        );
+        // As UCX reads it: the L3 type in the low 3 bits.
+        assert_eq!(roce_packet_type(&v4) & 0x7, 2);
+        assert_eq!(roce_packet_type(&v6) & 0x7, 1);
+        // Both came over UDP (RoCE v2).
+        assert_eq!(roce_packet_type(&v4) & 0x8, 0x8);
+        assert_eq!(roce_packet_type(&v6) & 0x8, 0x8);
+    }
 
     #[test]
     fn grh_of_ipv4_has_a_valid_checksum() {
