@@ -304,14 +304,19 @@ pub fn parse_addr(text: &str) -> Result<IpAddr> {
     Ok(addr)
 }
 
-/// One device per IPv4 address of the up interfaces, those of loopback
-/// interfaces last.
+/// One device per IPv4 address of the up interfaces; those of loopback
+/// interfaces only when no other interface has an IPv4 address.
 pub fn from_interfaces(port: u16) -> Result<Vec<DeviceConfig>> {
     let mut ifs = if_addrs::get_if_addrs()?;
-    // The addresses of real links first: a program that takes the first
-    // device (as most do) then reaches other hosts, as on a host whose
-    // RDMA devices sit on its Ethernet ports; loopback ones come last.
-    ifs.sort_by_key(|itf| itf.is_loopback());
+    // Devices on the addresses of real links, as a host's RDMA devices sit
+    // on its Ethernet ports; loopback ones only on a host with no other.
+    // A program that takes the first device (most do) then reaches other
+    // hosts, and one that uses every device (UCX, libfabric) gets no rail
+    // that reaches only this host, whose peer on another host would be
+    // that host's own loopback device.
+    if ifs.iter().any(|i| !i.is_loopback() && i.ip().is_ipv4()) {
+        ifs.retain(|i| !i.is_loopback());
+    }
     let mut out: Vec<DeviceConfig> = Vec::new();
     for itf in ifs {
         let ip = itf.ip();
@@ -461,11 +466,15 @@ mod tests {
     }
 
     #[test]
-    fn interfaces_include_loopback() {
+    fn loopback_devices_only_without_a_real_link() {
         let d = from_interfaces(4791).unwrap();
-        assert!(d
+        let real_link = if_addrs::get_if_addrs()
+            .unwrap()
             .iter()
-            .any(|c| c.addr == "127.0.0.1".parse::<IpAddr>().unwrap()));
+            .any(|i| !i.is_loopback() && i.ip().is_ipv4());
+        let loopback = d.iter().any(|c| c.addr.is_loopback());
+        assert_eq!(loopback, !real_link, "{d:?}");
+        assert!(!d.is_empty());
     }
 
     #[test]
