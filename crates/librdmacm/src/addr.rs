@@ -1,10 +1,10 @@
 //! Addresses: binding, address and route resolution (RoCE has no SA: a
 //! route is the device that holds the source address and a path record
-//! filled locally), `rdma_getaddrinfo`.
+//! filled locally). `rdma_getaddrinfo` is in `addrinfo`.
 
 use crate::state::{event, lock, Locked};
 use crate::sys::*;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::c_void;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::raw::c_int;
 
@@ -267,121 +267,4 @@ pub fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
 /// The port of the socket address at `p` (0 if none).
 pub fn port_of(p: *const c_void) -> u16 {
     from_c(p).map(|a| a.port()).unwrap_or(0)
-}
-
-/// An `rdma_addrinfo` with the addresses it points to, freed as one.
-#[repr(C)]
-struct AddrInfo {
-    rai: rdma_addrinfo,
-    src: libc::sockaddr_storage,
-    dst: libc::sockaddr_storage,
-}
-
-/// `rdma_getaddrinfo`: numeric or named hosts, IPv4 or IPv6; the address
-/// is the source with `RAI_PASSIVE`, else the destination.
-pub fn getaddrinfo(
-    node: *const c_char,
-    service: *const c_char,
-    hints: *const rdma_addrinfo,
-) -> Result<*mut rdma_addrinfo, i32> {
-    if node.is_null() && service.is_null() {
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: hints is null or a readable rdma_addrinfo (the caller's
-    // contract); plain data.
-    let h: rdma_addrinfo = match hints.is_null() {
-        true => unsafe { std::mem::zeroed() },
-        false => unsafe { *hints },
-    };
-    let passive = h.ai_flags as u32 & RAI_PASSIVE != 0;
-    let port = match service.is_null() {
-        true => 0,
-        // SAFETY: a non-null service is a NUL-terminated string.
-        false => unsafe { CStr::from_ptr(service) }
-            .to_str()
-            .ok()
-            .and_then(|s| s.parse::<u16>().ok())
-            .ok_or(libc::EINVAL)?,
-    };
-    let ip = match node.is_null() {
-        true if h.ai_family == libc::AF_INET6 => std::net::Ipv6Addr::UNSPECIFIED.into(),
-        true => Ipv4Addr::UNSPECIFIED.into(),
-        false => lookup(node, h.ai_family)?,
-    };
-    let a = SocketAddr::new(ip, port);
-    // SAFETY: AddrInfo is plain C data; all-zero is valid.
-    let mut b: Box<AddrInfo> = Box::new(unsafe { std::mem::zeroed() });
-    b.rai.ai_flags = h.ai_flags;
-    b.rai.ai_family = match ip {
-        IpAddr::V4(_) => libc::AF_INET,
-        IpAddr::V6(_) => libc::AF_INET6,
-    };
-    b.rai.ai_qp_type = if h.ai_qp_type != 0 {
-        h.ai_qp_type
-    } else {
-        IBV_QPT_RC as c_int
-    };
-    b.rai.ai_port_space = if h.ai_port_space != 0 {
-        h.ai_port_space
-    } else {
-        RDMA_PS_TCP as c_int
-    };
-    let len = match ip {
-        IpAddr::V4(_) => std::mem::size_of::<libc::sockaddr_in>(),
-        IpAddr::V6(_) => std::mem::size_of::<libc::sockaddr_in6>(),
-    } as libc::socklen_t;
-    let raw = Box::into_raw(b);
-    // SAFETY: raw is a live box; the addresses point inside it.
-    unsafe {
-        let r = &mut (*raw).rai;
-        if passive {
-            to_c(a, std::ptr::addr_of_mut!((*raw).src).cast());
-            r.ai_src_addr = std::ptr::addr_of_mut!((*raw).src).cast();
-            r.ai_src_len = len;
-        } else {
-            to_c(a, std::ptr::addr_of_mut!((*raw).dst).cast());
-            r.ai_dst_addr = std::ptr::addr_of_mut!((*raw).dst).cast();
-            r.ai_dst_len = len;
-            if let Some(src) = from_c(h.ai_src_addr as *const c_void) {
-                to_c(src, std::ptr::addr_of_mut!((*raw).src).cast());
-                r.ai_src_addr = std::ptr::addr_of_mut!((*raw).src).cast();
-                r.ai_src_len = h.ai_src_len;
-            }
-        }
-        Ok(std::ptr::addr_of_mut!((*raw).rai))
-    }
-}
-
-/// Resolve a host name or numeric address.
-fn lookup(node: *const c_char, family: c_int) -> Result<IpAddr, i32> {
-    // SAFETY: node is a NUL-terminated string (checked non-null).
-    let name = unsafe { CStr::from_ptr(node) }
-        .to_str()
-        .map_err(|_| libc::EINVAL)?;
-    if let Ok(ip) = name.parse::<IpAddr>() {
-        return Ok(ip);
-    }
-    use std::net::ToSocketAddrs;
-    let addrs = (name, 0)
-        .to_socket_addrs()
-        .map_err(|_| libc::EADDRNOTAVAIL)?;
-    let mut addrs = addrs.map(|a| a.ip());
-    let pick = match family {
-        libc::AF_INET => addrs.find(IpAddr::is_ipv4),
-        libc::AF_INET6 => addrs.find(IpAddr::is_ipv6),
-        _ => addrs.next(),
-    };
-    pick.ok_or(libc::EADDRNOTAVAIL)
-}
-
-/// `rdma_freeaddrinfo`.
-pub fn freeaddrinfo(res: *mut rdma_addrinfo) {
-    let mut p = res;
-    while !p.is_null() {
-        // SAFETY: p came from getaddrinfo (rai is the first field of a
-        // boxed AddrInfo).
-        let next = unsafe { (*p).ai_next };
-        drop(unsafe { Box::from_raw(p as *mut AddrInfo) });
-        p = next;
-    }
 }
