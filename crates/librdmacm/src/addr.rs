@@ -1,10 +1,10 @@
 //! Addresses: binding, address and route resolution (RoCE has no SA: a
 //! route is the device that holds the source address and a path record
-//! filled locally), `rdma_getaddrinfo`.
+//! filled locally). `rdma_getaddrinfo` is in `addrinfo`.
 
-use crate::state::{event, lock, Locked};
+use crate::state::{event, lock, Locked, State};
 use crate::sys::*;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::c_void;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::raw::c_int;
 
@@ -87,13 +87,22 @@ fn take_port(st: &mut Locked, ps: u32, want: u16) -> Result<u16, i32> {
     Err(libc::EADDRINUSE)
 }
 
-/// Bind `id` to `a` (a device's address or the wildcard).
+/// The device an ID bound to `ip` is on: the device holding `ip`, else
+/// none for the wildcard and for a loopback address (Linux's rdma_cm
+/// takes both as "any": such an ID listens on every device).
+fn bind_dev(st: &State, ip: IpAddr) -> Result<Option<usize>, i32> {
+    match st.dev_of(ip) {
+        Some(d) => Ok(Some(d)),
+        None if ip.is_unspecified() || ip.is_loopback() => Ok(None),
+        None => Err(libc::EADDRNOTAVAIL),
+    }
+}
+
+/// Bind `id` to `a` (a device's address, a loopback address or the
+/// wildcard).
 pub fn bind(st: &mut Locked, id: *mut rdma_cm_id, a: SocketAddr) -> Result<(), i32> {
     crate::nic::open_devices(st);
-    let dev = match a.ip().is_unspecified() {
-        true => None,
-        false => Some(st.dev_of(a.ip()).ok_or(libc::EADDRNOTAVAIL)?),
-    };
+    let dev = bind_dev(st, a.ip())?;
     let s = st.id(id)?;
     // SAFETY: id is live (in the table).
     let ps = unsafe { (*id).ps };
@@ -115,13 +124,22 @@ pub fn set_src(
     dev: Option<usize>,
 ) -> Result<(), i32> {
     let ctx = dev.map(|d| st.devs[d].ctx);
+    // The source GID is one of the device's: the source's own, or for a
+    // loopback source the device's address of its family.
+    let dev_ip = dev.map_or(src.ip(), |d| {
+        let dv = &st.devs[d];
+        match dv.addr.ip() == src.ip() || dv.gids.contains(&src.ip()) {
+            true => src.ip(),
+            false => dv.addr_for(src.ip()),
+        }
+    });
     // An ID on a device has the device's PD until its QP says otherwise
     // (programs register memory with id->pd before making the QP).
     let pd = match dev {
         Some(d) => crate::nic::default_pd(st, d)?,
         None => std::ptr::null_mut(),
     };
-    let sgid_index = dev.map_or(0, |d| st.devs[d].gid_index(src.ip()));
+    let sgid_index = dev.map_or(0, |d| st.devs[d].gid_index(dev_ip));
     let s = st.id(id)?;
     s.src = Some(src);
     s.dev = dev;
@@ -138,7 +156,7 @@ pub fn set_src(
             }
             (*id).verbs = ctx as *mut ibv_context;
             (*id).port_num = 1;
-            (*id).route.addr.addr.ibaddr.sgid = gid_of(src.ip());
+            (*id).route.addr.addr.ibaddr.sgid = gid_of(dev_ip);
             (*id).route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
         }
     }
@@ -191,6 +209,10 @@ pub fn resolve_addr(
     if s.conn.is_some() || !s.listens.is_empty() {
         return Err(libc::EINVAL);
     }
+    if loops_back(&st, dst) {
+        return resolve_loopback(&mut st, id, dst);
+    }
+    let s = st.id(id)?;
     if s.src.is_none() {
         let want = from_c(src).unwrap_or_else(|| {
             let ip = route_source(dst.ip())
@@ -224,6 +246,65 @@ pub fn resolve_addr(
     Ok(())
 }
 
+/// Whether a connection to `dst` stays in this program, as Linux's
+/// rdma_cm resolves "any" destinations (cma_resolve_loopback): the zero
+/// address, or a loopback address that none of the program's devices
+/// holds and one of its IDs is bound to, with `dst`'s port. (Any other
+/// loopback address is some urdma device's, maybe another program's.)
+fn loops_back(st: &State, dst: SocketAddr) -> bool {
+    if dst.ip().is_unspecified() {
+        return true;
+    }
+    dst.ip().is_loopback()
+        && st.dev_of(dst.ip()).is_none()
+        && st
+            .ids
+            .values()
+            .any(|s| s.src == Some(dst) && !s.listens.is_empty())
+}
+
+/// Resolve `dst` (see [`loops_back`]) to the ID's own device: the one it
+/// is bound to, else the program's first; packets go to that device's
+/// own address (the destination GID is the source GID), the ID's
+/// addresses stay the loopback ones.
+fn resolve_loopback(st: &mut Locked, id: *mut rdma_cm_id, dst: SocketAddr) -> Result<(), i32> {
+    if st.devs.is_empty() {
+        return Err(libc::ENODEV);
+    }
+    let lo: IpAddr = match dst.ip() {
+        IpAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+        IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+    };
+    if st.id(id)?.src.is_none() {
+        bind(st, id, SocketAddr::new(lo, 0))?;
+    }
+    let s = st.id(id)?;
+    let mut src = s.src.ok_or(libc::EINVAL)?;
+    let d = s.dev.unwrap_or(0);
+    if src.ip().is_unspecified() {
+        src = SocketAddr::new(lo, src.port());
+    }
+    let own = st.devs[d].addr_for(dst.ip());
+    set_src(st, id, src, Some(d))?;
+    set_dst(st, id, dst, own)?;
+    st.push(
+        id as usize,
+        event(id as usize, RDMA_CM_EVENT_ADDR_RESOLVED, 0),
+    );
+    Ok(())
+}
+
+/// The address the ID's packets go to: the one of its destination GID.
+pub fn peer_ip(id: *mut rdma_cm_id) -> IpAddr {
+    // SAFETY: the caller passes a live ID; its route is plain data.
+    let raw = unsafe { (*id).route.addr.addr.ibaddr.dgid.raw };
+    let v6 = std::net::Ipv6Addr::from(raw);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => v4.into(),
+        None => v6.into(),
+    }
+}
+
 /// `rdma_resolve_route`: fill the path record, then ROUTE_RESOLVED.
 pub fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
     let mut st = lock();
@@ -235,8 +316,11 @@ pub fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
     let mtu = st.devs[dev].mtu;
     // SAFETY: ibv_sa_path_rec is plain C data; all-zero is valid.
     let mut path: Box<ibv_sa_path_rec> = Box::new(unsafe { std::mem::zeroed() });
-    path.sgid = gid_of(src.ip());
-    path.dgid = gid_of(dst.ip());
+    // SAFETY: id is live; its route is plain data.
+    (path.sgid, path.dgid) = unsafe {
+        let a = &(*id).route.addr.addr.ibaddr;
+        (a.sgid, a.dgid)
+    };
     path.pkey = 0xffffu16.to_be();
     path.hop_limit = 64;
     path.traffic_class = tos;
@@ -269,119 +353,5 @@ pub fn port_of(p: *const c_void) -> u16 {
     from_c(p).map(|a| a.port()).unwrap_or(0)
 }
 
-/// An `rdma_addrinfo` with the addresses it points to, freed as one.
-#[repr(C)]
-struct AddrInfo {
-    rai: rdma_addrinfo,
-    src: libc::sockaddr_storage,
-    dst: libc::sockaddr_storage,
-}
-
-/// `rdma_getaddrinfo`: numeric or named hosts, IPv4 or IPv6; the address
-/// is the source with `RAI_PASSIVE`, else the destination.
-pub fn getaddrinfo(
-    node: *const c_char,
-    service: *const c_char,
-    hints: *const rdma_addrinfo,
-) -> Result<*mut rdma_addrinfo, i32> {
-    if node.is_null() && service.is_null() {
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: hints is null or a readable rdma_addrinfo (the caller's
-    // contract); plain data.
-    let h: rdma_addrinfo = match hints.is_null() {
-        true => unsafe { std::mem::zeroed() },
-        false => unsafe { *hints },
-    };
-    let passive = h.ai_flags as u32 & RAI_PASSIVE != 0;
-    let port = match service.is_null() {
-        true => 0,
-        // SAFETY: a non-null service is a NUL-terminated string.
-        false => unsafe { CStr::from_ptr(service) }
-            .to_str()
-            .ok()
-            .and_then(|s| s.parse::<u16>().ok())
-            .ok_or(libc::EINVAL)?,
-    };
-    let ip = match node.is_null() {
-        true if h.ai_family == libc::AF_INET6 => std::net::Ipv6Addr::UNSPECIFIED.into(),
-        true => Ipv4Addr::UNSPECIFIED.into(),
-        false => lookup(node, h.ai_family)?,
-    };
-    let a = SocketAddr::new(ip, port);
-    // SAFETY: AddrInfo is plain C data; all-zero is valid.
-    let mut b: Box<AddrInfo> = Box::new(unsafe { std::mem::zeroed() });
-    b.rai.ai_flags = h.ai_flags;
-    b.rai.ai_family = match ip {
-        IpAddr::V4(_) => libc::AF_INET,
-        IpAddr::V6(_) => libc::AF_INET6,
-    };
-    b.rai.ai_qp_type = if h.ai_qp_type != 0 {
-        h.ai_qp_type
-    } else {
-        IBV_QPT_RC as c_int
-    };
-    b.rai.ai_port_space = if h.ai_port_space != 0 {
-        h.ai_port_space
-    } else {
-        RDMA_PS_TCP as c_int
-    };
-    let len = match ip {
-        IpAddr::V4(_) => std::mem::size_of::<libc::sockaddr_in>(),
-        IpAddr::V6(_) => std::mem::size_of::<libc::sockaddr_in6>(),
-    } as libc::socklen_t;
-    let raw = Box::into_raw(b);
-    // SAFETY: raw is a live box; the addresses point inside it.
-    unsafe {
-        let r = &mut (*raw).rai;
-        if passive {
-            to_c(a, std::ptr::addr_of_mut!((*raw).src).cast());
-            r.ai_src_addr = std::ptr::addr_of_mut!((*raw).src).cast();
-            r.ai_src_len = len;
-        } else {
-            to_c(a, std::ptr::addr_of_mut!((*raw).dst).cast());
-            r.ai_dst_addr = std::ptr::addr_of_mut!((*raw).dst).cast();
-            r.ai_dst_len = len;
-            if let Some(src) = from_c(h.ai_src_addr as *const c_void) {
-                to_c(src, std::ptr::addr_of_mut!((*raw).src).cast());
-                r.ai_src_addr = std::ptr::addr_of_mut!((*raw).src).cast();
-                r.ai_src_len = h.ai_src_len;
-            }
-        }
-        Ok(std::ptr::addr_of_mut!((*raw).rai))
-    }
-}
-
-/// Resolve a host name or numeric address.
-fn lookup(node: *const c_char, family: c_int) -> Result<IpAddr, i32> {
-    // SAFETY: node is a NUL-terminated string (checked non-null).
-    let name = unsafe { CStr::from_ptr(node) }
-        .to_str()
-        .map_err(|_| libc::EINVAL)?;
-    if let Ok(ip) = name.parse::<IpAddr>() {
-        return Ok(ip);
-    }
-    use std::net::ToSocketAddrs;
-    let addrs = (name, 0)
-        .to_socket_addrs()
-        .map_err(|_| libc::EADDRNOTAVAIL)?;
-    let mut addrs = addrs.map(|a| a.ip());
-    let pick = match family {
-        libc::AF_INET => addrs.find(IpAddr::is_ipv4),
-        libc::AF_INET6 => addrs.find(IpAddr::is_ipv6),
-        _ => addrs.next(),
-    };
-    pick.ok_or(libc::EADDRNOTAVAIL)
-}
-
-/// `rdma_freeaddrinfo`.
-pub fn freeaddrinfo(res: *mut rdma_addrinfo) {
-    let mut p = res;
-    while !p.is_null() {
-        // SAFETY: p came from getaddrinfo (rai is the first field of a
-        // boxed AddrInfo).
-        let next = unsafe { (*p).ai_next };
-        drop(unsafe { Box::from_raw(p as *mut AddrInfo) });
-        p = next;
-    }
-}
+#[cfg(test)]
+mod tests;

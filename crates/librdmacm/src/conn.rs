@@ -174,7 +174,7 @@ pub fn connect(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Result<(),
         let data = cma_private(src, dst, &user)?;
         let psn = random_psn();
         let mtu = d.mtu;
-        let peer = SocketAddr::new(dst.ip(), d.addr.port());
+        let peer = SocketAddr::new(crate::addr::peer_ip(id), d.addr.port());
         let ctx = d.ctx;
         let params = ConnectParams {
             transport,

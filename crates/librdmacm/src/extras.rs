@@ -3,7 +3,7 @@
 //! list and ECE.
 
 use crate::sys::*;
-use crate::{addr, ep, guard, nic, qp, ret, state};
+use crate::{addrinfo, ep, guard, nic, qp, ret, state};
 use std::ffi::c_char;
 use std::os::raw::c_int;
 
@@ -26,16 +26,22 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         if res.is_null() {
             return ret(Err(libc::EINVAL));
         }
-        ret(addr::getaddrinfo(node, service, hints).map(|r| {
-            // SAFETY: res is writable (checked non-null).
-            unsafe { *res = r }
-        }))
+        match addrinfo::getaddrinfo(node, service, hints) {
+            Ok(r) => {
+                // SAFETY: res is writable (checked non-null).
+                unsafe { *res = r };
+                0
+            }
+            Err(addrinfo::Failure::Errno(e)) => ret(Err(e)),
+            // The C library's own code, as rdma-core returns it.
+            Err(addrinfo::Failure::Gai(code)) => code,
+        }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
-    guard((), || addr::freeaddrinfo(res))
+    guard((), || addrinfo::freeaddrinfo(res))
 }
 
 #[no_mangle]

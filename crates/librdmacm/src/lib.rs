@@ -21,6 +21,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod addr;
+pub mod addrinfo;
 pub mod conn;
 pub mod ep;
 pub mod id;

@@ -12,66 +12,6 @@ fn errno_now() -> i32 {
 }
 
 #[test]
-fn getaddrinfo_numeric_destination_and_passive() {
-    let mut res: *mut rdma_addrinfo = null_mut();
-    // SAFETY: NUL-terminated strings, a writable result.
-    let r = unsafe {
-        rdma_getaddrinfo(
-            c"127.0.0.2".as_ptr(),
-            c"7471".as_ptr(),
-            std::ptr::null(),
-            &mut res,
-        )
-    };
-    assert_eq!(r, 0);
-    // SAFETY: a result of rdma_getaddrinfo.
-    let ai = unsafe { &*res };
-    assert_eq!(ai.ai_family, libc::AF_INET);
-    assert_eq!(ai.ai_port_space, RDMA_PS_TCP as i32);
-    assert_eq!(ai.ai_qp_type, IBV_QPT_RC as i32);
-    assert!(ai.ai_src_addr.is_null());
-    let dst = addr::from_c(ai.ai_dst_addr as *const _).unwrap();
-    assert_eq!(dst, "127.0.0.2:7471".parse().unwrap());
-    // SAFETY: freed once.
-    unsafe { rdma_freeaddrinfo(res) };
-
-    // SAFETY: rdma_addrinfo is plain data.
-    let mut hints: rdma_addrinfo = unsafe { std::mem::zeroed() };
-    hints.ai_flags = RAI_PASSIVE as i32;
-    hints.ai_port_space = RDMA_PS_UDP as i32;
-    // SAFETY: as above.
-    let r = unsafe { rdma_getaddrinfo(std::ptr::null(), c"9000".as_ptr(), &hints, &mut res) };
-    assert_eq!(r, 0);
-    // SAFETY: a result of rdma_getaddrinfo.
-    let ai = unsafe { &*res };
-    assert_eq!(ai.ai_port_space, RDMA_PS_UDP as i32);
-    assert!(ai.ai_dst_addr.is_null());
-    let src = addr::from_c(ai.ai_src_addr as *const _).unwrap();
-    assert_eq!(src, "0.0.0.0:9000".parse().unwrap());
-    // SAFETY: freed once.
-    unsafe { rdma_freeaddrinfo(res) };
-}
-
-#[test]
-fn getaddrinfo_refuses_bad_arguments() {
-    let mut res: *mut rdma_addrinfo = null_mut();
-    let none = std::ptr::null();
-    let cases = [
-        (none, none, &mut res as *mut _),
-        (c"127.0.0.1".as_ptr(), c"port".as_ptr(), &mut res as *mut _),
-        (c"127.0.0.1".as_ptr(), none, null_mut()),
-    ];
-    for (node, service, out) in cases {
-        // SAFETY: null or NUL-terminated strings; out null or writable.
-        assert_eq!(
-            unsafe { rdma_getaddrinfo(node, service, none.cast(), out) },
-            -1
-        );
-        assert_eq!(errno_now(), libc::EINVAL);
-    }
-}
-
-#[test]
 fn channel_is_pollable_and_nonblocking_gives_eagain() {
     let ch = rdma_create_event_channel();
     assert!(!ch.is_null());

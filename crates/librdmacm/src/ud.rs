@@ -32,7 +32,7 @@ pub fn resolve(
     // SAFETY: id is live (looked up by the caller).
     let ps = unsafe { (*id).ps };
     let d = &st.devs[dev];
-    let peer = SocketAddr::new(dst.ip(), d.addr.port());
+    let peer = SocketAddr::new(crate::addr::peer_ip(id), d.addr.port());
     let params = ResolveParams {
         private_data: private,
         ..ResolveParams::new(
@@ -108,10 +108,12 @@ pub fn on_reply(st: &mut Locked, id: usize, rep: &SidrRep) {
         // rdma_cm's UDP port space has one Q_Key.
         return st.push(id, event(id, RDMA_CM_EVENT_ADDR_ERROR, -libc::EINVAL));
     }
-    let (dst, tos, sgid_index) = (s.dst, s.tos, s.sgid_index);
-    let Some(dst) = dst else {
+    if s.dst.is_none() {
         return;
-    };
+    }
+    let (tos, sgid_index) = (s.tos, s.sgid_index);
+    // The address the SIDR_REQ went to (the device's own for loopback).
+    let peer = crate::addr::peer_ip(id as *mut rdma_cm_id);
     let mut b = event(id, RDMA_CM_EVENT_ESTABLISHED, 0);
     set_ud(&mut b, &rep.private_data, |u| {
         u.qp_num = rep.qpn;
@@ -119,7 +121,7 @@ pub fn on_reply(st: &mut Locked, id: usize, rep: &SidrRep) {
         let ah = &mut u.ah_attr;
         ah.is_global = 1;
         ah.port_num = 1;
-        ah.grh.dgid = crate::addr::gid_of(dst.ip());
+        ah.grh.dgid = crate::addr::gid_of(peer);
         ah.grh.sgid_index = sgid_index;
         ah.grh.hop_limit = HOP_LIMIT;
         ah.grh.traffic_class = tos;

@@ -524,7 +524,8 @@ pub unsafe extern "C" fn query_qp(
 }
 
 /// `ibv_destroy_qp`: waits until its events were acknowledged; its queued
-/// work is dropped without completions.
+/// work is dropped without completions, and the completions it left in
+/// its CQs are removed.
 pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
         ret_errno((|| {
@@ -536,6 +537,18 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
                 .call(DestroyQp { qpn })
                 .map_err(|e| e.errno())?;
             q.dev.routes.remove(Target::Qp, qpn);
+            // Its completions still waiting go with it, as hardware
+            // drivers clean their CQs of a destroyed QP's: a consumer
+            // that accounts for its work itself once the QP is gone
+            // (libfabric's verbs provider) would see them twice.
+            // SAFETY: the QP is live until freed below; its CQ pointers
+            // are its own.
+            let (s, r) = unsafe { ((*qp).send_cq, (*qp).recv_cq) };
+            for cq in [s, r] {
+                if let Ok(c) = crate::cq::Cq::from_ptr(cq) {
+                    c.cq.shared().discard_qp(qpn);
+                }
+            }
             let pd = q.ibv.qp_base.pd;
             if !handles::unregister(qp, Kind::Qp) {
                 return Err(libc::EINVAL);

@@ -56,6 +56,7 @@ extern union ibv_gid gid;
 struct ibv_qp *rc_qp(struct ibv_cq *cq, struct ibv_srq *srq);
 int connect_qp(struct ibv_qp *qp, uint32_t dest);
 void qp_errors(void);
+void destroyed_qp_completions(void);
 
 /* mw.c */
 void memory_windows(void);

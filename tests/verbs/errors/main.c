@@ -297,6 +297,7 @@ int main(void)
 	memory_windows();
 	queues();
 	qp_errors();
+	destroyed_qp_completions();
 	address_handles();
 	events();
 	interrupted_wait();
