@@ -23,7 +23,15 @@
 # ones).
 # Sourced by tests/middleware/run.
 
-FT_SRC=${URDMA_FABTESTS_SRC:-/work/shared/third-party/fabtests-1.17.0}
+# The unmodified upstream source sits beside the project's checkout, in
+# ../shared/third-party (URDMA_FABTESTS_SRC names another place).
+FT_SRC=${URDMA_FABTESTS_SRC:-}
+if [ -z "$FT_SRC" ]; then
+    for d in "$ROOT/../shared/third-party/fabtests-1.17.0" /work/shared/third-party/fabtests-1.17.0; do
+        [ -d "$d" ] && { FT_SRC=$d; break; }
+    done
+    FT_SRC=${FT_SRC:-$ROOT/../shared/third-party/fabtests-1.17.0}
+fi
 FT_CACHE=$ROOT/target/fabtests-1.17.0
 FT_BIN=$FT_CACHE/inst/bin
 FT_LIMIT=${URDMA_FABTESTS_TIMEOUT:-40}
