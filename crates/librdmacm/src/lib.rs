@@ -430,7 +430,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
 mod extras;
 pub use extras::*;
 
-mod rsockets;
+pub mod rsocket;
 
 #[cfg(test)]
 mod tests;
