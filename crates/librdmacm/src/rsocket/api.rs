@@ -19,9 +19,33 @@ macro_rules! versions {
 }
 
 versions!(
-    rsocket, rbind, rlisten, raccept, rconnect, rshutdown, rclose, rrecv, rrecvfrom, rrecvmsg,
-    rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev, rpoll, rselect, rgetpeername,
-    rgetsockname, rsetsockopt, rgetsockopt, rfcntl, riomap, riounmap, riowrite
+    rsocket,
+    rbind,
+    rlisten,
+    raccept,
+    rconnect,
+    rshutdown,
+    rclose,
+    rrecv,
+    rrecvfrom,
+    rrecvmsg,
+    rsend,
+    rsendto,
+    rsendmsg,
+    rread,
+    rreadv,
+    rwrite,
+    rwritev,
+    rpoll,
+    rselect,
+    rgetpeername,
+    rgetsockname,
+    rsetsockopt,
+    rgetsockopt,
+    rfcntl,
+    riomap,
+    riounmap,
+    riowrite
 );
 
 fn int(r: Result<c_int, c_int>) -> c_int {
@@ -81,7 +105,15 @@ pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int 
         }
         let mut id = std::ptr::null_mut();
         // SAFETY: id is writable; no channel: a synchronous ID.
-        if unsafe { crate::rdma_create_id(std::ptr::null_mut(), &mut id, std::ptr::null_mut(), RDMA_PS_TCP) } != 0 {
+        if unsafe {
+            crate::rdma_create_id(
+                std::ptr::null_mut(),
+                &mut id,
+                std::ptr::null_mut(),
+                RDMA_PS_TCP,
+            )
+        } != 0
+        {
             return -1;
         }
         // SAFETY: the ID just made; its channel is its own.
@@ -97,7 +129,11 @@ pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int 
             state: st::INIT,
             err: 0,
             fs_flags: if nonblock { libc::O_NONBLOCK } else { 0 },
-            fd_flags: if kind & libc::SOCK_CLOEXEC != 0 { libc::FD_CLOEXEC } else { 0 },
+            fd_flags: if kind & libc::SOCK_CLOEXEC != 0 {
+                libc::FD_CLOEXEC
+            } else {
+                0
+            },
             p: Params::default(),
             o: Default::default(),
             c: None,
@@ -143,7 +179,11 @@ pub unsafe extern "C" fn rlisten(s: c_int, backlog: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn raccept(s: c_int, a: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int {
+pub unsafe extern "C" fn raccept(
+    s: c_int,
+    a: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+) -> c_int {
     guard(-1, || {
         let r = lookup(s).and_then(|l| conn::accept(&l));
         if let Ok(fd) = r {
@@ -157,7 +197,11 @@ pub unsafe extern "C" fn raccept(s: c_int, a: *mut libc::sockaddr, len: *mut lib
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn rconnect(s: c_int, a: *const libc::sockaddr, len: libc::socklen_t) -> c_int {
+pub unsafe extern "C" fn rconnect(
+    s: c_int,
+    a: *const libc::sockaddr,
+    len: libc::socklen_t,
+) -> c_int {
     guard(-1, || {
         int(with(s, |rs| {
             sockaddr(a, len)?;
@@ -168,7 +212,11 @@ pub unsafe extern "C" fn rconnect(s: c_int, a: *const libc::sockaddr, len: libc:
 
 #[no_mangle]
 pub unsafe extern "C" fn rshutdown(s: c_int, how: c_int) -> c_int {
-    guard(-1, || int(lookup(s).and_then(|sh| data::shutdown(&sh, how)).map(|()| 0)))
+    guard(-1, || {
+        int(lookup(s)
+            .and_then(|sh| data::shutdown(&sh, how))
+            .map(|()| 0))
+    })
 }
 
 #[no_mangle]
@@ -262,7 +310,12 @@ pub unsafe extern "C" fn rrecvmsg(s: c_int, m: *mut libc::msghdr, f: c_int) -> i
         m.msg_flags = 0;
         let mut total = 0usize;
         for (p, l) in v {
-            match recv(s, p as *mut c_void, l, if total > 0 { f | libc::MSG_DONTWAIT } else { f }) {
+            match recv(
+                s,
+                p as *mut c_void,
+                l,
+                if total > 0 { f | libc::MSG_DONTWAIT } else { f },
+            ) {
                 Ok(n) => {
                     total += n;
                     if n < l {
@@ -333,7 +386,9 @@ pub unsafe extern "C" fn rwrite(s: c_int, b: *const c_void, l: usize) -> isize {
 #[no_mangle]
 pub unsafe extern "C" fn rwritev(s: c_int, v: *const libc::iovec, n: c_int) -> isize {
     // SAFETY: v holds n iovecs (the caller's contract).
-    guard(-1, || size(unsafe { iov(v, n) }.and_then(|v| send(s, &v, 0))))
+    guard(-1, || {
+        size(unsafe { iov(v, n) }.and_then(|v| send(s, &v, 0)))
+    })
 }
 
 #[no_mangle]
@@ -366,7 +421,8 @@ pub unsafe extern "C" fn rselect(
             // SAFETY: a non-null timeval is readable.
             false => unsafe {
                 let t = &*t;
-                (t.tv_sec.clamp(0, i32::MAX as i64 / 1000) * 1000 + t.tv_usec.max(0) / 1000) as c_int
+                (t.tv_sec.clamp(0, i32::MAX as i64 / 1000) * 1000 + t.tv_usec.max(0) / 1000)
+                    as c_int
             },
         };
         // SAFETY: the sets are null or live (the caller's contract).
@@ -407,12 +463,20 @@ fn name(s: c_int, a: *mut libc::sockaddr, len: *mut libc::socklen_t, peer: bool)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn rgetpeername(s: c_int, a: *mut libc::sockaddr, l: *mut libc::socklen_t) -> c_int {
+pub unsafe extern "C" fn rgetpeername(
+    s: c_int,
+    a: *mut libc::sockaddr,
+    l: *mut libc::socklen_t,
+) -> c_int {
     guard(-1, || name(s, a, l, true))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn rgetsockname(s: c_int, a: *mut libc::sockaddr, l: *mut libc::socklen_t) -> c_int {
+pub unsafe extern "C" fn rgetsockname(
+    s: c_int,
+    a: *mut libc::sockaddr,
+    l: *mut libc::socklen_t,
+) -> c_int {
     guard(-1, || name(s, a, l, false))
 }
 
@@ -476,7 +540,9 @@ pub unsafe extern "C" fn riomap(
     _f: c_int,
     _o: libc::off_t,
 ) -> libc::off_t {
-    guard(-1, || int(with(s, |_| Err(libc::EOPNOTSUPP))) as libc::off_t)
+    guard(-1, || {
+        int(with(s, |_| Err(libc::EOPNOTSUPP))) as libc::off_t
+    })
 }
 
 /// `riounmap`: nothing is ever mapped (`EINVAL` on an rsocket).
@@ -494,5 +560,7 @@ pub unsafe extern "C" fn riowrite(
     _o: libc::off_t,
     _f: c_int,
 ) -> usize {
-    guard(usize::MAX, || int(with(s, |_| Err(libc::EOPNOTSUPP))) as isize as usize)
+    guard(usize::MAX, || {
+        int(with(s, |_| Err(libc::EOPNOTSUPP))) as isize as usize
+    })
 }

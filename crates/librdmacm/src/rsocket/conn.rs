@@ -183,8 +183,16 @@ pub fn conn_data(c: &Conn) -> [u8; CONN_DATA_LEN] {
         flags: wire::FLAG_IOMAP | if net { wire::FLAG_NET } else { 0 },
         credits: c.p.rq_size as u16,
         iomap_size: wire::value_to_scale(c.p.iomap_size, 8) as u8,
-        target_sgl: Sge { addr: c.tbuf.addr(), key: c.tmr.rkey(), length: SGL_SIZE },
-        data_buf: Sge { addr: c.rbuf.addr(), key: c.rmr.rkey(), length: c.p.rbuf_size >> 1 },
+        target_sgl: Sge {
+            addr: c.tbuf.addr(),
+            key: c.tmr.rkey(),
+            length: SGL_SIZE,
+        },
+        data_buf: Sge {
+            addr: c.rbuf.addr(),
+            key: c.rmr.rkey(),
+            length: c.p.rbuf_size >> 1,
+        },
     }
     .encode()
 }

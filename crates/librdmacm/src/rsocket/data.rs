@@ -52,7 +52,10 @@ fn test_sends_done(rs: &Rs) -> bool {
 }
 
 fn protocol_error(state: &mut u32, err: &mut i32, why: &str) {
-    tracing::warn!(why, "rsocket: the peer broke the protocol; connection failed");
+    tracing::warn!(
+        why,
+        "rsocket: the peer broke the protocol; connection failed"
+    );
     *state = st::ERROR;
     *err = libc::EPROTO;
 }
@@ -139,7 +142,10 @@ fn on_send(state: &mut u32, err: &mut i32, c: &mut Conn, wc: &ibv_wc) {
         }
     }
     if wc.status != IBV_WC_SUCCESS && *state & st::CONNECTED != 0 {
-        tracing::debug!(status = wc.status, "rsocket: a send failed; connection failed");
+        tracing::debug!(
+            status = wc.status,
+            "rsocket: a send failed; connection failed"
+        );
         *state = st::ERROR;
         *err = libc::ECONNRESET;
     }
@@ -155,7 +161,11 @@ fn update_credits(state: u32, c: &mut Conn) {
     c.rseq_comp = c.rseq_no.wrapping_add((c.p.rq_size >> 1) as u16);
     let imm = msg(op::SGL, u32::from(c.rseq_no) + c.p.rq_size);
     let r = if c.ravail >= half {
-        let grant = Sge { addr: c.rbuf.addr() + u64::from(c.rfree), key: c.rmr.rkey(), length: half };
+        let grant = Sge {
+            addr: c.rbuf.addr() + u64::from(c.rfree),
+            key: c.rmr.rkey(),
+            length: half,
+        };
         let bytes = grant.to_bytes(c.swap);
         let remote = (
             c.remote_sgl.addr + u64::from(c.remote_sge) * SGE_LEN as u64,
@@ -163,14 +173,22 @@ fn update_credits(state: u32, c: &mut Conn) {
         );
         let r = match c.p.sq_inline as usize >= SGE_LEN {
             true => {
-                let s = Seg { addr: bytes.as_ptr() as u64, len: SGE_LEN as u32, lkey: 0 };
+                let s = Seg {
+                    addr: bytes.as_ptr() as u64,
+                    len: SGE_LEN as u32,
+                    lkey: 0,
+                };
                 verbs::post_write(c.qp, u64::from(imm), &[s], Some(imm), true, remote)
             }
             false => {
                 let slot = c.p.sbuf_size as usize + SGE_LEN * (c.ctrl_seqno % CTRL_SIZE) as usize;
                 // SAFETY: bytes is SGE_LEN readable bytes.
                 unsafe { c.sbuf.copy_in(slot, bytes.as_ptr(), SGE_LEN) }.and_then(|()| {
-                    let s = Seg { addr: c.sbuf.addr() + slot as u64, len: SGE_LEN as u32, lkey: c.smr.lkey() };
+                    let s = Seg {
+                        addr: c.sbuf.addr() + slot as u64,
+                        len: SGE_LEN as u32,
+                        lkey: c.smr.lkey(),
+                    };
                     verbs::post_write(c.qp, u64::from(imm), &[s], Some(imm), false, remote)
                 })
             }
@@ -262,7 +280,11 @@ pub fn send(s: &Shared, segs: &[(*const u8, usize)], flags: i32) -> Result<usize
     let mut fail = None;
     while sent < total {
         if g.state & st::WRITABLE == 0 {
-            fail = Some(if g.state & st::ERROR != 0 { g.err } else { libc::EPIPE });
+            fail = Some(if g.state & st::ERROR != 0 {
+                g.err
+            } else {
+                libc::EPIPE
+            });
             break;
         }
         if !g.c.as_ref().is_some_and(can_send) {
@@ -294,7 +316,11 @@ pub fn send(s: &Shared, segs: &[(*const u8, usize)], flags: i32) -> Result<usize
         let inline = xfer <= c.p.sq_inline && segs[seg].1 - seg_off >= xfer as usize;
         if inline {
             let p = segs[seg].0 as u64 + seg_off as u64;
-            parts.push(Seg { addr: p, len: xfer, lkey: 0 });
+            parts.push(Seg {
+                addr: p,
+                len: xfer,
+                lkey: 0,
+            });
         } else {
             let mut need = xfer as usize;
             let start = c.shead as usize;
@@ -320,9 +346,17 @@ pub fn send(s: &Shared, segs: &[(*const u8, usize)], flags: i32) -> Result<usize
             let end = start + xfer as usize;
             let size = c.p.sbuf_size as usize;
             let first = (end.min(size) - start) as u32;
-            parts.push(Seg { addr: c.sbuf.addr() + start as u64, len: first, lkey: c.smr.lkey() });
+            parts.push(Seg {
+                addr: c.sbuf.addr() + start as u64,
+                len: first,
+                lkey: c.smr.lkey(),
+            });
             if first < xfer {
-                parts.push(Seg { addr: c.sbuf.addr(), len: xfer - first, lkey: c.smr.lkey() });
+                parts.push(Seg {
+                    addr: c.sbuf.addr(),
+                    len: xfer - first,
+                    lkey: c.smr.lkey(),
+                });
             }
         }
         let r = write_data(c, &parts, xfer, target, inline);
@@ -345,17 +379,34 @@ pub fn send(s: &Shared, segs: &[(*const u8, usize)], flags: i32) -> Result<usize
     }
 }
 
-fn write_data(c: &mut Conn, parts: &[Seg], xfer: u32, target: Sge, inline: bool) -> Result<(), i32> {
+fn write_data(
+    c: &mut Conn,
+    parts: &[Seg],
+    xfer: u32,
+    target: Sge,
+    inline: bool,
+) -> Result<(), i32> {
     c.sseq_no = c.sseq_no.wrapping_add(1);
     c.sqe_avail -= 1;
     c.sbuf_avail -= xfer;
-    let next = Sge { addr: target.addr + u64::from(xfer), length: target.length - xfer, ..target };
+    let next = Sge {
+        addr: target.addr + u64::from(xfer),
+        length: target.length - xfer,
+        ..target
+    };
     c.tbuf.set_sge(c.target_sge, next, false);
     if next.length == 0 {
         c.target_sge = (c.target_sge + 1) % wire::SGL_SIZE as usize;
     }
     let imm = msg(op::DATA, xfer);
-    verbs::post_write(c.qp, u64::from(imm), parts, Some(imm), inline, (target.addr, target.key))
+    verbs::post_write(
+        c.qp,
+        u64::from(imm),
+        parts,
+        Some(imm),
+        inline,
+        (target.addr, target.key),
+    )
 }
 
 /// `rrecv`: copy what the peer wrote into `buf` (`MSG_PEEK`,

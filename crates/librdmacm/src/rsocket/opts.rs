@@ -29,7 +29,10 @@ fn has(bits: u64, name: i32) -> i32 {
 /// `rsetsockopt`: `val` holds `len` bytes.
 pub fn set(rs: &mut Rs, level: i32, name: i32, val: &[u8]) -> Result<(), i32> {
     let int = || -> Result<i32, i32> {
-        let b: [u8; 4] = val.get(..4).and_then(|b| b.try_into().ok()).ok_or(libc::EINVAL)?;
+        let b: [u8; 4] = val
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .ok_or(libc::EINVAL)?;
         Ok(i32::from_ne_bytes(b))
     };
     match (level, name) {
@@ -149,7 +152,9 @@ pub fn get(rs: &mut Rs, level: i32, name: i32) -> Result<Vec<u8>, i32> {
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => int(has(rs.o.ipv6, name)),
         (SOL_RDMA, RDMA_SQSIZE) => int(rs.p.sq_size as i32),
         (SOL_RDMA, RDMA_RQSIZE) => int(rs.p.rq_size as i32),
-        (SOL_RDMA, RDMA_INLINE) => int(rs.c.as_ref().map_or(rs.p.sq_inline, |c| c.p.sq_inline) as i32),
+        (SOL_RDMA, RDMA_INLINE) => {
+            int(rs.c.as_ref().map_or(rs.p.sq_inline, |c| c.p.sq_inline) as i32)
+        }
         (SOL_RDMA, RDMA_IOMAPSIZE) => int(rs.p.iomap_size as i32),
         _ => Err(libc::ENOPROTOOPT),
     }

@@ -43,7 +43,11 @@ fn revents(rs: &mut Rs, events: i16) -> i16 {
     }
     match rs.state {
         st::LISTENING => {
-            let mut p = libc::pollfd { fd: rs.chan_fd(), events: libc::POLLIN, revents: 0 };
+            let mut p = libc::pollfd {
+                fd: rs.chan_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
             // SAFETY: one live pollfd, no wait.
             unsafe { libc::poll(&mut p, 1, 0) };
             p.revents & events
@@ -60,7 +64,11 @@ fn check(fds: &mut [libc::pollfd]) -> i32 {
         f.revents = match lookup(f.fd) {
             Ok(s) => revents(&mut lock(&s), f.events),
             Err(_) => {
-                let mut p = libc::pollfd { fd: f.fd, events: f.events, revents: 0 };
+                let mut p = libc::pollfd {
+                    fd: f.fd,
+                    events: f.events,
+                    revents: 0,
+                };
                 // SAFETY: one live pollfd, no wait.
                 unsafe { libc::poll(&mut p, 1, 0) };
                 p.revents
@@ -104,7 +112,14 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32, i32> {
             break;
         }
     }
-    let mut rfds = vec![libc::pollfd { fd: -1, events: 0, revents: 0 }; fds.len()];
+    let mut rfds = vec![
+        libc::pollfd {
+            fd: -1,
+            events: 0,
+            revents: 0
+        };
+        fds.len()
+    ];
     loop {
         let mut ready = false;
         let mut socks = Vec::new();
@@ -114,9 +129,17 @@ pub fn rpoll(fds: &mut [libc::pollfd], timeout: i32) -> Result<i32, i32> {
                     let fd = arm(&mut lock(&s), f.events);
                     ready |= fd.is_none();
                     socks.push((i, s));
-                    libc::pollfd { fd: fd.unwrap_or(-1), events: libc::POLLIN, revents: 0 }
+                    libc::pollfd {
+                        fd: fd.unwrap_or(-1),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }
                 }
-                Err(_) => libc::pollfd { fd: f.fd, events: f.events, revents: 0 },
+                Err(_) => libc::pollfd {
+                    fd: f.fd,
+                    events: f.events,
+                    revents: 0,
+                },
             };
         }
         if ready {
@@ -170,7 +193,8 @@ pub unsafe fn rselect(
         return Err(libc::EINVAL);
     }
     // SAFETY: each set is null or live (the caller's contract).
-    let isset = |set: *mut libc::fd_set, fd: i32| !set.is_null() && unsafe { libc::FD_ISSET(fd, set) };
+    let isset =
+        |set: *mut libc::fd_set, fd: i32| !set.is_null() && unsafe { libc::FD_ISSET(fd, set) };
     let mut fds = Vec::new();
     for fd in 0..nfds {
         let mut ev = 0;
@@ -184,7 +208,11 @@ pub unsafe fn rselect(
             ev |= libc::POLLPRI;
         }
         if ev != 0 {
-            fds.push(libc::pollfd { fd, events: ev, revents: 0 });
+            fds.push(libc::pollfd {
+                fd,
+                events: ev,
+                revents: 0,
+            });
         }
     }
     let n = rpoll(&mut fds, timeout_ms)?;
@@ -196,7 +224,11 @@ pub unsafe fn rselect(
     }
     let mut count = 0;
     let rd = libc::POLLIN | libc::POLLHUP | libc::POLLERR;
-    let sets = [(r, libc::POLLIN, rd), (w, libc::POLLOUT, libc::POLLOUT | libc::POLLERR), (e, libc::POLLPRI, libc::POLLPRI)];
+    let sets = [
+        (r, libc::POLLIN, rd),
+        (w, libc::POLLOUT, libc::POLLOUT | libc::POLLERR),
+        (e, libc::POLLPRI, libc::POLLPRI),
+    ];
     for f in fds.iter().take(if n > 0 { fds.len() } else { 0 }) {
         for (set, want, got) in sets {
             if !set.is_null() && f.events & want != 0 && f.revents & got != 0 {

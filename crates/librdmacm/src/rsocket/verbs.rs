@@ -120,7 +120,11 @@ pub fn post_write(
 ) -> Result<(), i32> {
     let mut sge: [ibv_sge; 2] = Default::default();
     for (d, s) in sge.iter_mut().zip(segs) {
-        *d = ibv_sge { addr: s.addr, length: s.len, lkey: s.lkey };
+        *d = ibv_sge {
+            addr: s.addr,
+            length: s.len,
+            lkey: s.lkey,
+        };
     }
     let mut wr = ibv_send_wr {
         wr_id,
@@ -142,7 +146,10 @@ pub fn post_write(
     if let Some(i) = imm {
         wr.__bindgen_anon_1.imm_data = i.to_be();
     }
-    wr.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: remote.0, rkey: remote.1 };
+    wr.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+        remote_addr: remote.0,
+        rkey: remote.1,
+    };
     let mut bad = std::ptr::null_mut();
     // SAFETY: qp is the rsocket's live QP; wr and its entries live
     // through the call (inline data is copied by it).
@@ -184,7 +191,11 @@ pub fn post_recv(qp: *mut ibv_qp, wr_id: u64) -> Result<(), i32> {
 
 /// Wait until `fd` polls readable or `ms` pass.
 pub fn wait_fd(fd: i32, ms: i32) {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: one live pollfd.
     unsafe { libc::poll(&mut p, 1, ms) };
 }

@@ -100,7 +100,11 @@ impl Sge {
     pub fn to_bytes(self, swap: bool) -> [u8; SGE_LEN] {
         let (a, k, l) = match swap {
             false => (self.addr, self.key, self.length),
-            true => (self.addr.swap_bytes(), self.key.swap_bytes(), self.length.swap_bytes()),
+            true => (
+                self.addr.swap_bytes(),
+                self.key.swap_bytes(),
+                self.length.swap_bytes(),
+            ),
         };
         let mut b = [0u8; SGE_LEN];
         b[..8].copy_from_slice(&a.to_ne_bytes());
@@ -115,8 +119,16 @@ impl Sge {
         let k = u32::from_ne_bytes(b[8..12].try_into().unwrap_or_default());
         let l = u32::from_ne_bytes(b[12..].try_into().unwrap_or_default());
         match swap {
-            false => Sge { addr: a, key: k, length: l },
-            true => Sge { addr: a.swap_bytes(), key: k.swap_bytes(), length: l.swap_bytes() },
+            false => Sge {
+                addr: a,
+                key: k,
+                length: l,
+            },
+            true => Sge {
+                addr: a.swap_bytes(),
+                key: k.swap_bytes(),
+                length: l.swap_bytes(),
+            },
         }
     }
 
@@ -250,8 +262,16 @@ mod tests {
             flags: FLAG_IOMAP,
             credits: 384,
             iomap_size: 0,
-            target_sgl: Sge { addr: 0x1122_3344_5566_7788, key: 0xAABB_CCDD, length: 2 },
-            data_buf: Sge { addr: 0x10, key: 7, length: 65536 },
+            target_sgl: Sge {
+                addr: 0x1122_3344_5566_7788,
+                key: 0xAABB_CCDD,
+                length: 2,
+            },
+            data_buf: Sge {
+                addr: 0x10,
+                key: 7,
+                length: 65536,
+            },
         };
         let b = c.encode();
         assert_eq!(b[..8], [1, 2, 0x01, 0x80, 0, 0, 0, 0]);
@@ -275,13 +295,20 @@ mod tests {
 
     #[test]
     fn sge_round_trips_in_either_order() {
-        let s = Sge { addr: 0x0102_0304_0506_0708, key: 0x0A0B_0C0D, length: 0x1000 };
+        let s = Sge {
+            addr: 0x0102_0304_0506_0708,
+            key: 0x0A0B_0C0D,
+            length: 0x1000,
+        };
         for swap in [false, true] {
             assert_eq!(Sge::from_bytes(&s.to_bytes(swap), swap), s);
         }
         let swapped = s.to_bytes(true);
         assert_eq!(swapped[..8], s.addr.to_be_bytes());
-        assert_eq!(Sge::from_bytes(&s.to_bytes(false), true).key, s.key.swap_bytes());
+        assert_eq!(
+            Sge::from_bytes(&s.to_bytes(false), true).key,
+            s.key.swap_bytes()
+        );
     }
 
     #[test]
