@@ -238,7 +238,7 @@ pub unsafe extern "C" fn rclose(s: c_int) -> c_int {
 /// # Safety
 /// `v` is `n` readable iovecs.
 unsafe fn iov(v: *const libc::iovec, n: c_int) -> Result<Vec<(*const u8, usize)>, c_int> {
-    if n < 0 || n > 1024 || (v.is_null() && n > 0) {
+    if !(0..=1024).contains(&n) || (v.is_null() && n > 0) {
         return Err(libc::EINVAL);
     }
     let mut out = Vec::with_capacity(n as usize);

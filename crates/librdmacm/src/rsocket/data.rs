@@ -418,7 +418,7 @@ pub fn recv(s: &Shared, buf: *mut u8, len: usize, flags: i32) -> Result<usize, i
     let mut got = 0usize;
     let mut fail = None;
     loop {
-        if !g.c.as_ref().is_some_and(|c| !c.rmsg.is_empty()) {
+        if g.c.as_ref().is_none_or(|c| c.rmsg.is_empty()) {
             let (ng, r) = wait_for(s, g, nonblock, test_recv, None);
             g = ng;
             if let Err(e) = r {

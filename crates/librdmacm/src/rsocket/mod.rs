@@ -13,7 +13,7 @@
 
 pub mod wire;
 
-mod api;
+pub mod api;
 mod conn;
 mod data;
 mod mem;

@@ -28,10 +28,11 @@ fn revents(rs: &mut Rs, events: i16) -> i16 {
         if events & libc::POLLIN != 0 && data::test_recv(rs) {
             r |= libc::POLLIN;
         }
-        if events & libc::POLLOUT != 0 && rs.c.as_ref().is_some_and(data::can_send) {
-            if rs.state & st::WRITABLE != 0 {
-                r |= libc::POLLOUT;
-            }
+        if events & libc::POLLOUT != 0
+            && rs.state & st::WRITABLE != 0
+            && rs.c.as_ref().is_some_and(data::can_send)
+        {
+            r |= libc::POLLOUT;
         }
         if rs.state & st::CONNECTED == 0 {
             r |= match rs.state {
