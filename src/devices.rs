@@ -31,11 +31,15 @@ fn attributes(cfg: &DeviceConfig) -> DeviceAttr {
     urdma::api::device_attr_for(cfg)
 }
 
-/// Who runs the NIC of the device on `cfg`, from what the running NICs
-/// publish (the same records `urdma stat` reads).
+/// Who runs the NIC of the device on `cfg`, from what the running NICs of
+/// this network namespace publish (the same records `urdma stat` reads).
 fn nic_state(cfg: &DeviceConfig, published: &[Published]) -> String {
     let addr = std::net::SocketAddr::new(cfg.addr, cfg.port).to_string();
-    let Some(p) = published.iter().find(|p| p.live && p.stats.addr == addr) else {
+    let here = urdma::fabric::stats::own_netns();
+    let Some(p) = published
+        .iter()
+        .find(|p| p.live && p.stats.addr == addr && p.stats.netns.is_none_or(|n| Some(n) == here))
+    else {
         return "not running (the NIC agent starts when a program opens the device)".into();
     };
     let pid = p.stats.pid;

@@ -199,9 +199,14 @@ pub fn interface_mtu(addr: IpAddr) -> Option<u32> {
     mtu.trim().parse().ok()
 }
 
-/// One device per IPv4 address of the up interfaces.
+/// One device per IPv4 address of the up interfaces, those of loopback
+/// interfaces last.
 pub fn from_interfaces(port: u16) -> Result<Vec<DeviceConfig>> {
-    let ifs = if_addrs::get_if_addrs()?;
+    let mut ifs = if_addrs::get_if_addrs()?;
+    // The addresses of real links first: a program that takes the first
+    // device (as most do) then reaches other hosts, as on a host whose
+    // RDMA devices sit on its Ethernet ports; loopback ones come last.
+    ifs.sort_by_key(|itf| itf.is_loopback());
     let mut out: Vec<DeviceConfig> = Vec::new();
     for itf in ifs {
         let ip = itf.ip();

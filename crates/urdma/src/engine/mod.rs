@@ -38,6 +38,7 @@ pub use objects::{
     check_recv_request, check_recv_sges, check_send_request, is_kernel_key, RecvRequest, SendData,
     SendLimits, SendRequest, SgEntry, KERNEL_KEY_TAG,
 };
+pub use qp::MIN_ACK_TIMEOUT_NS;
 pub use srq::SrqAttr;
 pub use transmit::Transmit;
 pub use wqe::{SendOp, UdDest};

@@ -11,6 +11,14 @@ use crate::types::{AsyncEventKind, QpState, QpType, WcOpcode, WcStatus, WorkComp
 use crate::verbs::{QpAttr, QpCap};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+
+/// The shortest ACK timeout a QP gets, whatever code it asks for: a
+/// peer's NIC here is a program the OS schedules, which can stall for a
+/// scheduler period or more where a hardware NIC answers in microseconds,
+/// and Linux rxe rounds a timeout up to at least one timer tick. Code 12
+/// (16.8 ms); loss probes (see [`super::rtt`]) still recover losses in
+/// about a round trip.
+pub const MIN_ACK_TIMEOUT_NS: u64 = 4096 << 12;
 use std::sync::Arc;
 
 /// Path MTU of a new QP: UD QPs are never given one (no transition takes
@@ -258,11 +266,12 @@ impl QpCtx {
         }
     }
 
-    /// Retransmission timeout in ns (None = infinite, timeout code 0).
+    /// Retransmission timeout in ns (None = infinite, timeout code 0):
+    /// 4.096 us * 2^code, but never less than [`MIN_ACK_TIMEOUT_NS`].
     pub fn ack_timeout_ns(&self) -> Option<u64> {
         match self.attr.timeout {
             0 => None,
-            t => Some(4096u64 << t.min(31)),
+            t => Some((4096u64 << t.min(31)).max(MIN_ACK_TIMEOUT_NS)),
         }
     }
 

@@ -71,6 +71,10 @@ pub struct DeviceStats {
     /// are its final counters. None while it is open.
     #[serde(default)]
     pub closed_at: Option<u64>,
+    /// The network namespace the device is in (the inode of
+    /// `/proc/self/ns/net`): one address may be a device in several.
+    #[serde(default)]
+    pub netns: Option<u64>,
 }
 
 /// A published snapshot as `urdma stat` sees it.
@@ -112,7 +116,15 @@ pub fn snapshot(name: &str, eng: &Engine) -> DeviceStats {
             .collect(),
         processes: Vec::new(),
         closed_at: None,
+        netns: own_netns(),
     }
+}
+
+/// This process's network namespace: the inode of `/proc/self/ns/net`.
+pub fn own_netns() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    static NETNS: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *NETNS.get_or_init(|| std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino()))
 }
 
 impl DeviceStats {
@@ -266,6 +278,7 @@ mod tests {
             qps: Vec::new(),
             processes: Vec::new(),
             closed_at,
+            netns: own_netns(),
         }
     }
 

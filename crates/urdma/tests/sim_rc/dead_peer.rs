@@ -96,7 +96,7 @@ fn dead_peer_check(wl: &mut Workload, seed: u64) -> Result<u64, String> {
         .engine(db)
         .query_qp(qpn_b)
         .map_err(|e| e.to_string())?;
-    let t = 4096u64 << attr.timeout;
+    let t = (4096u64 << attr.timeout).max(urdma::engine::MIN_ACK_TIMEOUT_NS);
     let retries = u64::from(attr.retry_cnt);
     // The last sign of life can come one round trip after the kill, and
     // an RNR back-off can delay the retransmission timer once more.

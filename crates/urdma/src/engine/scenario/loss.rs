@@ -16,7 +16,8 @@ const NAK_SEQ: AckSyndrome = AckSyndrome::Nak(NakCode::PsnSequenceError);
 /// (once); the requester goes back to that PSN (go-back-N) and resends
 /// from there, the NAK acknowledging what precedes it. If the resend is
 /// lost too, the retransmission timer, restarted by that progress, fires
-/// after exactly 4.096 us x 2^timeout and resends from the same PSN.
+/// after exactly 4.096 us x 2^timeout (raised to the engine's floor) and
+/// resends from the same PSN.
 #[test]
 fn sequence_nak_then_timeout_resend() {
     let oa = ConnectOptions {
@@ -24,7 +25,7 @@ fn sequence_nak_then_timeout_resend() {
         ..opts()
     };
     let t = ack_timeout(10);
-    assert_eq!(t, 4_194_304);
+    assert_eq!(t, crate::engine::qp::MIN_ACK_TIMEOUT_NS.max(4_194_304));
     let mut p = Pair::new(0x1000, &oa, 0x2000, &opts()).go_back_n();
     let data = pattern(3000, 0x5A);
     p.n[A].write(0, &data);
@@ -338,4 +339,32 @@ fn write_with_lost_middle(oa: &ConnectOptions) -> (Pair, Vec<Pkt>) {
     p.deliver_all(A);
     let nak = p.take_all(B);
     (p, nak)
+}
+
+/// Rule: an ACK timeout code below the floor (code 4, 65.5 us, as some
+/// programs ask for) waits the floor before resending; code 0 still
+/// means no timer at all.
+#[test]
+fn small_timeout_codes_are_raised_to_the_floor() {
+    let floor = crate::engine::qp::MIN_ACK_TIMEOUT_NS;
+    for (code, want) in [(4u8, Some(floor)), (0, None)] {
+        let oa = ConnectOptions {
+            timeout: code,
+            ..opts()
+        };
+        let mut p = Pair::new(0x1000, &oa, 0x2000, &opts());
+        p.n[A].write(0, &pattern(64, 0x11));
+        let (va, rkey) = (p.n[B].va(0x100), p.n[B].mr.rkey);
+        p.n[A].post(0, 1, SendOp::Write, (0, 64), (va, rkey));
+        let sent = p.n[A].peek();
+        assert_eq!(sent.len(), 1);
+        let deadline = p.n[A].eng.next_deadline();
+        match want {
+            Some(t) => assert_eq!(deadline, Some(t), "code {code}"),
+            None => assert!(
+                deadline.is_none_or(|d| d < floor),
+                "code 0 arms no ACK timer (only a loss probe)"
+            ),
+        }
+    }
 }

@@ -52,12 +52,14 @@ pub(super) const B: usize = 1;
 /// QP number the hand-made peer of a [`Solo`] claims.
 pub(super) const PEER_QPN: u32 = 0x99;
 
-/// The ACK timeout of timeout code `t`: 4.096 us x 2^t, in ns.
+/// The ACK timeout of timeout code `t`: 4.096 us x 2^t, in ns, raised to
+/// the engine's floor.
 pub(super) fn ack_timeout(t: u8) -> u64 {
-    4096 << t
+    (4096u64 << t).max(crate::engine::qp::MIN_ACK_TIMEOUT_NS)
 }
 
-/// Scenario QP options: MTU 1024, ACK timeout code 10 (4.19 ms), else defaults.
+/// Scenario QP options: MTU 1024, ACK timeout code 10 (4.19 ms, which the
+/// engine raises to its floor), else defaults.
 pub(super) fn opts() -> ConnectOptions {
     ConnectOptions {
         mtu: Mtu::Mtu1024,
