@@ -347,7 +347,17 @@ pub fn accept(ls: &Shared) -> Result<i32, i32> {
     let child = crate::ep::get_request(lid)?;
     let raw = event_data(child);
     // SAFETY: the new, live ID; its channel is its own.
-    let fd = unsafe { (*(*child).channel).fd };
+    let chan = unsafe { (*(*child).channel).fd };
+    let fd = fresh_number(chan);
+    if fd < 0 {
+        let e = crate::errno();
+        // SAFETY: the live ID of the request, refused and freed.
+        unsafe {
+            crate::rdma_reject(child, std::ptr::null(), 0);
+            crate::rdma_destroy_id(child);
+        }
+        return Err(e);
+    }
     let mut rs = Rs {
         fd,
         id: child,
@@ -392,8 +402,34 @@ pub fn accept(ls: &Shared) -> Result<i32, i32> {
     Ok(super::insert(rs))
 }
 
-/// Free the rsocket's QP, resources and ID.
+/// A descriptor for the accepted rsocket's number, made now: a duplicate
+/// of its event channel's (`chan`).
+///
+/// The channel was made when the request arrived, before `raccept`;
+/// callers such as rdma-core's `librspreload` open a descriptor of their
+/// own just before calling `raccept` and, in its older `select`, map a
+/// ready rsocket back to the lowest descriptor standing for it — which
+/// would be the rsocket's own number if that were lower than theirs. A
+/// number made during the call is above any they opened before it, as
+/// with rdma-core's rsockets, whose accepted channel is made in the call.
+fn fresh_number(chan: i32) -> i32 {
+    // SAFETY: duplicating a descriptor this library owns.
+    unsafe { libc::fcntl(chan, libc::F_DUPFD_CLOEXEC, 0) }
+}
+
+/// Free the rsocket's QP, resources and ID (and its number, where that is
+/// a duplicate of the channel's descriptor).
 pub fn teardown(rs: &mut Rs) {
+    if rs.id.is_null() {
+        return;
+    }
+    // SAFETY: the live ID; its channel is its own.
+    let chan = unsafe { (*(*rs.id).channel).fd };
+    if rs.fd != chan && rs.fd >= 0 {
+        // SAFETY: the duplicate made by `fresh_number`, closed once.
+        unsafe { libc::close(rs.fd) };
+        rs.fd = -1;
+    }
     if rs.c.is_some() {
         // SAFETY: the live ID's QP, destroyed before its CQ and MRs.
         unsafe { crate::rdma_destroy_qp(rs.id) };
