@@ -34,7 +34,12 @@ fn revents(rs: &mut Rs, events: i16) -> i16 {
         {
             r |= libc::POLLOUT;
         }
-        if rs.state & st::CONNECTED == 0 {
+        // A peer's close that arrived just behind its last data is
+        // reported once that data is read: readable data is POLLIN alone
+        // (as TCP gives POLLIN, not POLLHUP, for data before a FIN), so a
+        // program that takes POLLHUP for a failed read loses nothing.
+        if rs.state & st::CONNECTED == 0 && (r & libc::POLLIN == 0 || rs.state != st::DISCONNECTED)
+        {
             r |= match rs.state {
                 st::DISCONNECTED => libc::POLLHUP,
                 _ => libc::POLLERR,
