@@ -203,10 +203,10 @@ pub unsafe extern "C" fn rconnect(
     len: libc::socklen_t,
 ) -> c_int {
     guard(-1, || {
-        int(with(s, |rs| {
-            sockaddr(a, len)?;
-            conn::connect(rs, a).map(|()| 0)
-        }))
+        int(sockaddr(a, len)
+            .and_then(|()| lookup(s))
+            .and_then(|sh| conn::connect(&sh, a))
+            .map(|()| 0))
     })
 }
 

@@ -236,10 +236,31 @@ fn event_data(id: *mut rdma_cm_id) -> Vec<u8> {
     }
 }
 
-/// `rconnect`: resolve, make the connection's resources, send the REQ;
-/// a non-blocking rsocket returns `EINPROGRESS` and finishes in
-/// [`finish_connect`].
-pub fn connect(rs: &mut Rs, dst: *const libc::sockaddr) -> Result<(), i32> {
+/// `rconnect`: start the connection ([`start_connect`]); a blocking
+/// rsocket then waits, unlocked, for the REP (or the failure).
+pub fn connect(s: &Shared, dst: *const libc::sockaddr) -> Result<(), i32> {
+    let mut g = lock(s);
+    let nonblock = g.fs_flags & libc::O_NONBLOCK != 0;
+    match start_connect(&mut g, dst) {
+        Err(libc::EINPROGRESS) if !nonblock => {}
+        r => return r,
+    }
+    loop {
+        let fd = g.fd;
+        drop(g);
+        verbs::wait_fd(fd, 100);
+        g = lock(s);
+        match finish_connect(&mut g) {
+            Err(libc::EINPROGRESS) => continue,
+            Err(_) if g.state == st::CONNECT_ERROR && g.err != 0 => return Err(g.err),
+            r => return r,
+        }
+    }
+}
+
+/// Resolve, make the connection's resources and send the REQ; the REP
+/// is awaited in [`finish_connect`] (`EINPROGRESS` meanwhile).
+fn start_connect(rs: &mut Rs, dst: *const libc::sockaddr) -> Result<(), i32> {
     match rs.state {
         st::INIT | st::BOUND => {}
         s if s & st::OPENING != 0 => return Err(libc::EALREADY),
@@ -274,12 +295,15 @@ pub fn connect(rs: &mut Rs, dst: *const libc::sockaddr) -> Result<(), i32> {
         rnr_retry_count: 7,
         ..Default::default()
     };
-    set_fd_nonblock(rs.fd, nonblock);
+    // Sent without waiting: a blocking rsocket waits unlocked.
+    set_fd_nonblock(rs.fd, true);
     // SAFETY: the live ID with its QP; param and data live through it.
     let r = unsafe { crate::rdma_connect(id, &mut param) };
+    let e = crate::errno();
+    set_fd_nonblock(rs.fd, nonblock);
     match r {
         0 => established(rs),
-        _ => match crate::errno() {
+        _ => match e {
             libc::EAGAIN => {
                 rs.state = st::CONNECTING;
                 Err(libc::EINPROGRESS)

@@ -24,6 +24,7 @@ mod verbs;
 use crate::sys::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use urdma::sig::Deferred;
 
 /// State bits (ordered as rdma-core's: passive, opening, connected,
 /// closed).
@@ -140,41 +141,69 @@ impl Rs {
 /// An rsocket as the table holds it.
 pub type Shared = Arc<Mutex<Rs>>;
 
-/// A locked rsocket.
-pub type Guard<'a> = MutexGuard<'a, Rs>;
+/// A locked rsocket, with the thread's asynchronous signals held back
+/// until it is unlocked: a program's handler that `longjmp`s out of an
+/// rsocket call then never leaves it locked (see [`urdma::sig`]). Every
+/// wait (for data, credits, a connection) is made unlocked.
+pub struct Guard<'a> {
+    // Fields drop in order: unlocked first, then signals let through.
+    g: MutexGuard<'a, Rs>,
+    _held: Deferred,
+}
 
-fn table() -> MutexGuard<'static, HashMap<i32, Shared>> {
+impl std::ops::Deref for Guard<'_> {
+    type Target = Rs;
+    fn deref(&self) -> &Rs {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for Guard<'_> {
+    fn deref_mut(&mut self) -> &mut Rs {
+        &mut self.g
+    }
+}
+
+/// Run `f` on the table, signals held back meanwhile.
+fn table<T>(f: impl FnOnce(&mut HashMap<i32, Shared>) -> T) -> T {
     static T: OnceLock<Mutex<HashMap<i32, Shared>>> = OnceLock::new();
-    T.get_or_init(Default::default)
+    let _held = Deferred::new();
+    let mut t = T
+        .get_or_init(Default::default)
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(|e| e.into_inner());
+    f(&mut t)
 }
 
 /// The rsocket numbered `fd` (`EBADF`: none).
 pub fn lookup(fd: i32) -> Result<Shared, i32> {
-    table().get(&fd).cloned().ok_or(libc::EBADF)
+    table(|t| t.get(&fd).cloned()).ok_or(libc::EBADF)
 }
 
 /// Whether `fd` is an rsocket.
 pub fn is_rsocket(fd: i32) -> bool {
-    table().contains_key(&fd)
+    table(|t| t.contains_key(&fd))
 }
 
 /// Add an rsocket to the table.
 pub fn insert(rs: Rs) -> i32 {
     let fd = rs.fd;
-    table().insert(fd, Arc::new(Mutex::new(rs)));
+    table(|t| t.insert(fd, Arc::new(Mutex::new(rs))));
     fd
 }
 
 /// Take an rsocket out of the table.
 pub fn remove(fd: i32) -> Option<Shared> {
-    table().remove(&fd)
+    table(|t| t.remove(&fd))
 }
 
-/// Lock an rsocket.
+/// Lock an rsocket (signals held back first, so none comes between).
 pub fn lock(s: &Shared) -> Guard<'_> {
-    s.lock().unwrap_or_else(|e| e.into_inner())
+    let held = Deferred::new();
+    Guard {
+        g: s.lock().unwrap_or_else(|e| e.into_inner()),
+        _held: held,
+    }
 }
 
 /// Set `O_NONBLOCK` on `fd` or clear it.
