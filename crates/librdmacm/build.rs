@@ -36,6 +36,10 @@ const VERBS: &[&str] = &[
     "ibv_create_srq",
     "ibv_destroy_srq",
     "ibv_query_port",
+    "ibv_reg_mr",
+    "ibv_dereg_mr",
+    "ibv_get_cq_event",
+    "ibv_ack_cq_events",
 ];
 
 fn main() {
@@ -62,6 +66,8 @@ fn main() {
         .allowlist_type("ibv_srq_init_attr_mask")
         .allowlist_type("ibv_event_type")
         .allowlist_type("ibv_ece")
+        .allowlist_type("ibv_send_flags")
+        .allowlist_type("ibv_wc_flags")
         .allowlist_var("RDMA_.*")
         .allowlist_var("RAI_.*")
         .allowlist_var("IBV_.*")

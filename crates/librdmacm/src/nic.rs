@@ -124,7 +124,10 @@ pub fn open_devices(st: &mut Locked) {
         let ctx = ctx as usize;
         let spawned = std::thread::Builder::new()
             .name("rdma_cm events".into())
-            .spawn(move || pump(index, ctx, e));
+            .spawn(move || {
+                urdma::sig::block_in_helper_thread();
+                pump(index, ctx, e)
+            });
         if spawned.is_err() {
             tracing::warn!("librdmacm: cannot start the event thread of a device");
         }

@@ -136,12 +136,51 @@ fn event_names_are_librdmacm_s() {
 }
 
 #[test]
-fn multicast_and_rsockets_say_so() {
+fn multicast_says_so_and_rsockets_refuse_bad_calls() {
+    use crate::rsocket::api;
     // SAFETY: calls that touch none of their arguments.
     unsafe {
         assert_eq!(rdma_join_multicast(null_mut(), null_mut(), null_mut()), -1);
         assert_eq!(errno_now(), libc::ENOSYS);
     }
-    assert_eq!(rsockets::rsocket(libc::AF_INET, libc::SOCK_STREAM, 0), -1);
-    assert_eq!(errno_now(), libc::ENOSYS);
+    assert_eq!(api::rsocket(libc::AF_UNIX, libc::SOCK_STREAM, 0), -1);
+    assert_eq!(errno_now(), libc::EAFNOSUPPORT);
+    assert_eq!(api::rsocket(libc::AF_INET, libc::SOCK_DGRAM, 0), -1);
+    assert_eq!(errno_now(), libc::EOPNOTSUPP);
+    assert_eq!(
+        api::rsocket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_UDP),
+        -1
+    );
+    assert_eq!(errno_now(), libc::EPROTONOSUPPORT);
+    let mut b = [0u8; 8];
+    // SAFETY: a descriptor that is no rsocket; the buffer is live.
+    unsafe {
+        assert_eq!(api::rrecv(12345, b.as_mut_ptr().cast(), 8, 0), -1);
+        assert_eq!(errno_now(), libc::EBADF);
+        assert_eq!(api::rsend(-1, b.as_ptr().cast(), 8, 0), -1);
+        assert_eq!(errno_now(), libc::EBADF);
+        assert_eq!(api::rfcntl(7777, libc::F_GETFL, 0), -1);
+        assert_eq!(errno_now(), libc::EBADF);
+    }
+    // rpoll serves ordinary descriptors: a pipe's write end is writable.
+    let mut p = [0i32; 2];
+    // SAFETY: a pipe of two live ints; one live pollfd.
+    unsafe {
+        assert_eq!(libc::pipe(p.as_mut_ptr()), 0);
+        let mut f = libc::pollfd {
+            fd: p[1],
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        assert_eq!(api::rpoll(&mut f, 1, 100), 1);
+        assert_eq!(f.revents, libc::POLLOUT);
+        let mut f = libc::pollfd {
+            fd: p[0],
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        assert_eq!(api::rpoll(&mut f, 1, 10), 0);
+        libc::close(p[0]);
+        libc::close(p[1]);
+    }
 }

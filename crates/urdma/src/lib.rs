@@ -45,6 +45,7 @@ pub mod procmem;
 pub mod rng;
 pub mod rundir;
 pub mod shm;
+pub mod sig;
 pub mod types;
 pub mod verbs;
 pub mod wq;

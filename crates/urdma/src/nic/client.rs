@@ -171,6 +171,7 @@ impl AgentLink {
             std::thread::Builder::new()
                 .name("urdma-events".into())
                 .spawn(move || {
+                    crate::sig::block_in_helper_thread();
                     event_loop(events_mine, &events, &cm_events, &cqs);
                     if !closing.load(Ordering::SeqCst) {
                         nic_gone(&events, &cqs);
