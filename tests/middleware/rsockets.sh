@@ -113,7 +113,7 @@ ip_cases() {
             "$LOGS/$name.client.json" "$LOGS/$name.server.log"
     else
         got=$(ip_json "$LOGS/$name.client.json" bytes)
-        moved=$(($(carried "$saddr" "$t0" $ns) - before))
+        moved=$(moved "$saddr" "$t0" "$ns" "$before" "${got:-0}")
         if [ -z "$got" ] || [ "$got" -le 0 ]; then
             bad "$name: iperf3 reported no bytes received" "$LOGS/$name.client.json"
         elif [ "$moved" -lt "$got" ]; then
