@@ -230,7 +230,8 @@ impl Qp {
     pub fn endpoint(&self) -> Endpoint {
         let dev = self.pd.device();
         Endpoint {
-            gid: dev.gid(0).unwrap_or_default(),
+            // The GID of the device's own address, whatever its index.
+            gid: Gid::from_ip(dev.local_addr().ip()),
             port: dev.local_addr().port(),
             qpn: self.qpn,
             psn: self.initial_psn,
@@ -276,7 +277,14 @@ impl Qp {
             mtu: remote.mtu.min(self.endpoint().mtu),
             ..remote.clone()
         };
-        for (attr, mask) in connect_steps(self.qp_type, &remote, send_psn, opts) {
+        let mut steps = connect_steps(self.qp_type, &remote, send_psn, opts);
+        // The source GID is the device's entry of the peer's family (a
+        // device of a real link has its link-local IPv6 GID first).
+        let dev = self.pd.device();
+        if let Some(i) = dev.gid_index_for(remote.gid.to_ip()) {
+            steps[1].0.ah_attr.sgid_index = u8::try_from(i).unwrap_or(0);
+        }
+        for (attr, mask) in steps {
             self.modify(&attr, mask)?;
         }
         Ok(())
