@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use urdma::config::discover;
+use urdma::config::discover_for_programs;
 use urdma::fabric::stats::{read_all, Published};
 use urdma::{DeviceAttr, DeviceConfig, Gid};
 
@@ -112,7 +112,7 @@ fn print_device(cfg: &DeviceConfig, verbose: bool, published: &[Published]) {
 
 /// Run `urdma devices`.
 pub fn run(args: &DevicesArgs) -> Result<()> {
-    let devs = discover()?;
+    let devs = discover_for_programs()?;
     let published = read_all();
     let mut shown = 0;
     for d in devs

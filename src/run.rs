@@ -222,7 +222,7 @@ fn device_view(addr: Option<IpAddr>, cmd: &mut std::process::Command) {
     if let Some(ip) = addr {
         std::env::set_var("URDMA_ADDR", ip.to_string());
     }
-    let configs = match urdma::config::discover() {
+    let configs = match urdma::config::discover_for_programs() {
         Ok(c) if !c.is_empty() => c,
         // The library says why it has no devices.
         _ => return,

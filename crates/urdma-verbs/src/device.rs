@@ -186,9 +186,9 @@ fn make_device(config: DeviceConfig, index: usize) -> &'static Device {
     d
 }
 
-/// The devices of this process now (`urdma::config::discover`).
+/// The devices of this process now (`urdma::config::discover_for_programs`).
 fn current_devices() -> VResult<Vec<&'static Device>> {
-    let configs = urdma::config::discover().map_err(|e| {
+    let configs = urdma::config::discover_for_programs().map_err(|e| {
         eprintln!("urdma: no devices: {e}");
         e.errno()
     })?;

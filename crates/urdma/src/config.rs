@@ -304,19 +304,11 @@ pub fn parse_addr(text: &str) -> Result<IpAddr> {
     Ok(addr)
 }
 
-/// One device per IPv4 address of the up interfaces; those of loopback
-/// interfaces only when no other interface has an IPv4 address.
+/// One device per IPv4 address of the up interfaces, those of loopback
+/// interfaces last (so that leaving them out renames no other).
 pub fn from_interfaces(port: u16) -> Result<Vec<DeviceConfig>> {
     let mut ifs = if_addrs::get_if_addrs()?;
-    // Devices on the addresses of real links, as a host's RDMA devices sit
-    // on its Ethernet ports; loopback ones only on a host with no other.
-    // A program that takes the first device (most do) then reaches other
-    // hosts, and one that uses every device (UCX, libfabric) gets no rail
-    // that reaches only this host, whose peer on another host would be
-    // that host's own loopback device.
-    if ifs.iter().any(|i| !i.is_loopback() && i.ip().is_ipv4()) {
-        ifs.retain(|i| !i.is_loopback());
-    }
+    ifs.sort_by_key(|itf| itf.is_loopback());
     let mut out: Vec<DeviceConfig> = Vec::new();
     for itf in ifs {
         let ip = itf.ip();
@@ -330,6 +322,33 @@ pub fn from_interfaces(port: u16) -> Result<Vec<DeviceConfig>> {
         });
     }
     Ok(out)
+}
+
+/// The devices a program sees: [`discover`]'s, except that from the
+/// interfaces, loopback addresses count only on a host with no other.
+/// RDMA devices sit on a host's Ethernet ports: a program that takes the
+/// first device (most do) then reaches other hosts, and one that uses
+/// every device (UCX, libfabric, MPI) gets none whose peer on another
+/// host would be that host's own loopback device. The NIC itself still
+/// serves devices on loopback addresses (the kernel's on `lo`, `--addr`).
+pub fn discover_for_programs() -> Result<Vec<DeviceConfig>> {
+    let all = discover()?;
+    if std::env::var_os("URDMA_ADDR").is_some()
+        || std::env::var_os("URDMA_CONFIG").is_some()
+        || Path::new(DEFAULT_CONFIG_FILE).exists()
+    {
+        return Ok(all);
+    }
+    Ok(without_lone_loopback(all))
+}
+
+/// `devs` without those on loopback addresses, if any other is left.
+fn without_lone_loopback(devs: Vec<DeviceConfig>) -> Vec<DeviceConfig> {
+    if devs.iter().any(|d| !d.addr.is_loopback()) {
+        devs.into_iter().filter(|d| !d.addr.is_loopback()).collect()
+    } else {
+        devs
+    }
 }
 
 /// The devices this process should see.
@@ -468,13 +487,19 @@ mod tests {
     #[test]
     fn loopback_devices_only_without_a_real_link() {
         let d = from_interfaces(4791).unwrap();
-        let real_link = if_addrs::get_if_addrs()
-            .unwrap()
-            .iter()
-            .any(|i| !i.is_loopback() && i.ip().is_ipv4());
-        let loopback = d.iter().any(|c| c.addr.is_loopback());
-        assert_eq!(loopback, !real_link, "{d:?}");
-        assert!(!d.is_empty());
+        assert!(d.iter().any(|c| c.addr.is_loopback()), "{d:?}");
+        let last_real = d.iter().rposition(|c| !c.addr.is_loopback());
+        let first_lo = d.iter().position(|c| c.addr.is_loopback());
+        assert!(last_real.is_none_or(|r| first_lo.is_some_and(|l| r < l)));
+        let dev = |a: &str| DeviceConfig {
+            name: "x".into(),
+            addr: a.parse().unwrap(),
+            port: 4791,
+        };
+        let both = vec![dev("10.0.0.1"), dev("127.0.0.1")];
+        assert_eq!(without_lone_loopback(both), vec![dev("10.0.0.1")]);
+        let lo = vec![dev("127.0.0.1")];
+        assert_eq!(without_lone_loopback(lo.clone()), lo);
     }
 
     #[test]
