@@ -74,15 +74,14 @@ pub(super) fn validate_values(
         if av.dgid.is_zero() {
             return Err(Error::inval("address vector without a destination GID"));
         }
-        let Some(sgid) = gids.get(usize::from(av.sgid_index)) else {
+        // Packets leave from the device's address of the destination's
+        // family; the index names it in the device's own table, but a
+        // kernel device's index is the kernel's table's, laid out by the
+        // kernel, so only a device with no address of that family refuses.
+        let v4 = av.dgid.to_ip().is_ipv4();
+        if !gids.iter().any(|g| g.is_ipv4() == v4) {
             return Err(Error::inval(format!(
-                "sgid index {} out of range",
-                av.sgid_index
-            )));
-        };
-        if av.dgid.to_ip().is_ipv4() != sgid.is_ipv4() {
-            return Err(Error::inval(format!(
-                "destination GID {} of another address family than source GID {}",
+                "destination GID {} of an address family the device has no GID of (sgid index {})",
                 av.dgid, av.sgid_index
             )));
         }
