@@ -86,7 +86,9 @@ end() {
   if [ "$side" = rxe ]; then
     CMD=("$@" -d rxe0 "$kind" "$GR")
   else
-    CMD=(ip netns exec $NS "$U" run --addr $IP_U -- "$@" -d urdma0 "$kind" 0)
+    # urdma's device on the veth has rxe's layout: the link-local IPv6
+    # GID at 0, the IPv4 one (the family rxe's $GR names) at 1.
+    CMD=(ip netns exec $NS "$U" run --addr $IP_U -- "$@" -d urdma0 "$kind" 1)
   fi
 }
 
