@@ -159,11 +159,7 @@ pub fn post_write(
             None => libc::ENOSYS,
         }
     };
-    match r {
-        0 => Ok(()),
-        e if e > 0 => Err(e),
-        _ => Err(crate::errno()),
-    }
+    posted(r)
 }
 
 /// Post one receive of no scatter entries (WRITE with immediate only).
@@ -182,11 +178,7 @@ pub fn post_recv(qp: *mut ibv_qp, wr_id: u64) -> Result<(), i32> {
             None => libc::ENOSYS,
         }
     };
-    match r {
-        0 => Ok(()),
-        e if e > 0 => Err(e),
-        _ => Err(crate::errno()),
-    }
+    posted(r)
 }
 
 /// Wait until `fd` polls readable or `ms` pass.
@@ -198,4 +190,14 @@ pub fn wait_fd(fd: i32, ms: i32) {
     };
     // SAFETY: one live pollfd.
     unsafe { libc::poll(&mut p, 1, ms) };
+}
+
+/// A post call's return as a `Result`: 0, a positive errno, or a negative
+/// value with the errno in `errno`.
+fn posted(r: i32) -> Result<(), i32> {
+    match r {
+        0 => Ok(()),
+        e if e > 0 => Err(e),
+        _ => Err(crate::errno()),
+    }
 }
