@@ -212,7 +212,7 @@ fn register(
             pd: pdn,
             access: flags,
             iova,
-            mem,
+            mem: Box::new(mem),
             rekey,
         })
         .map_err(|e| e.errno())?;

@@ -31,24 +31,18 @@
 //! ```
 
 pub mod api;
-pub mod bufpool;
-pub mod cm;
 pub mod config;
 pub mod cq;
-pub mod engine;
-pub mod error;
 pub mod fabric;
 pub mod mem;
-pub mod mr;
 pub mod nic;
 pub mod procmem;
-pub mod rng;
 pub mod rundir;
 pub mod shm;
 pub mod sig;
-pub mod types;
-pub mod verbs;
 pub mod wq;
+
+pub use urdma_proto::{bufpool, cm, engine, error, mr, rng, types, verbs};
 
 pub use api::{
     ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, MrSlice, Pd, Qp, QpInitAttr, RecvWr,

@@ -30,30 +30,7 @@ use std::sync::RwLock;
 /// Alignment of owned regions (a page, as registered memory usually is).
 const OWNED_ALIGN: usize = 4096;
 
-/// An access outside the region or a misaligned atomic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum MemError {
-    /// Offset plus length does not fit.
-    #[error("access [{offset}, +{len}) outside region of {size} bytes")]
-    OutOfBounds {
-        /// Start offset.
-        offset: usize,
-        /// Length of the access.
-        len: usize,
-        /// Region size.
-        size: usize,
-    },
-    /// An atomic on an address that is not 8-byte aligned.
-    #[error("atomic access at a misaligned address")]
-    Misaligned,
-    /// The region was deregistered.
-    #[error("region is no longer registered")]
-    Invalid,
-    /// The memory of the process that registered the region cannot be
-    /// reached (the process ended or unmapped it).
-    #[error("memory of the owning process is not reachable")]
-    Unreachable,
-}
+pub use urdma_proto::memory::{MemError, Memory};
 
 /// Memory of another process ([`ProcessMemory`]).
 #[derive(Debug)]
@@ -418,6 +395,75 @@ impl MemRegion {
             bounce.set_len(len);
             dst.write_locked(dst_offset, bounce.as_ptr(), len)
         }
+    }
+}
+
+impl Memory for MemRegion {
+    fn len(&self) -> usize {
+        MemRegion::len(self)
+    }
+
+    fn is_owned(&self) -> bool {
+        MemRegion::is_owned(self)
+    }
+
+    fn is_valid(&self) -> bool {
+        MemRegion::is_valid(self)
+    }
+
+    fn is_mapped(&self) -> bool {
+        MemRegion::is_mapped(self)
+    }
+
+    fn invalidate(&self) {
+        MemRegion::invalidate(self)
+    }
+
+    fn prefers_large_reads(&self, piece: usize) -> bool {
+        MemRegion::prefers_large_reads(self, piece)
+    }
+
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        MemRegion::read(self, offset, dst)
+    }
+
+    fn read_into(&self, offset: usize, len: usize, out: &mut Vec<u8>) -> Result<(), MemError> {
+        MemRegion::read_into(self, offset, len, out)
+    }
+
+    fn write(&self, offset: usize, src: &[u8]) -> Result<(), MemError> {
+        MemRegion::write(self, offset, src)
+    }
+
+    fn compare_swap(&self, offset: usize, compare: u64, swap: u64) -> Result<u64, MemError> {
+        MemRegion::compare_swap(self, offset, compare, swap)
+    }
+
+    fn fetch_add(&self, offset: usize, add: u64) -> Result<u64, MemError> {
+        MemRegion::fetch_add(self, offset, add)
+    }
+
+    /// Straight from one region to the other when `dst` is a region too
+    /// ([`MemRegion::copy_between`]), through a buffer otherwise.
+    fn copy_to(
+        &self,
+        offset: usize,
+        dst: &dyn Memory,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), MemError> {
+        match dst.as_any().downcast_ref::<MemRegion>() {
+            Some(d) => MemRegion::copy_between(self, offset, d, dst_offset, len),
+            None => {
+                let mut bounce = Vec::with_capacity(len);
+                MemRegion::read_into(self, offset, len, &mut bounce)?;
+                dst.write(dst_offset, &bounce)
+            }
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

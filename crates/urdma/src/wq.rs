@@ -50,6 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::Mutex;
 
 use crate::shm::SharedMapping;
+use urdma_proto::engine::{RecvRequest, SendRequest};
 
 const PROD: usize = 0;
 const CONS: usize = 64;
@@ -93,17 +94,7 @@ pub enum PushError {
     TooLarge,
 }
 
-/// A request the NIC could not take from the ring.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TakeError {
-    /// The slot did not hold a well-formed request (it is consumed).
-    #[error("malformed work request in slot {0}")]
-    Malformed(u64),
-    /// The driver's index claims more requests than the ring holds; the
-    /// NIC skipped everything posted so far.
-    #[error("work queue producer index corrupted")]
-    Corrupt,
-}
+pub use urdma_proto::work::{TakeError, WorkSource};
 
 /// A work queue ring in a sealed memfd, mapped by the driver that fills it
 /// and the NIC that drains it.
@@ -122,6 +113,36 @@ pub struct WorkRing {
     polled: AtomicBool,
     /// The NIC, while polling, is to be told of the next post.
     wants_bell: AtomicBool,
+}
+
+impl WorkSource for WorkRing {
+    fn capacity(&self) -> u32 {
+        WorkRing::capacity(self)
+    }
+
+    fn pop_send(&self) -> Option<Result<SendRequest, TakeError>> {
+        self.pop()
+    }
+
+    fn pop_recv(&self) -> Option<Result<RecvRequest, TakeError>> {
+        self.pop()
+    }
+
+    fn pending(&self) -> Result<u64, TakeError> {
+        WorkRing::pending(self)
+    }
+
+    fn retire(&self, n: u64) {
+        WorkRing::retire(self, n)
+    }
+
+    fn arm(&self) -> bool {
+        WorkRing::arm(self)
+    }
+
+    fn discard(&self) {
+        WorkRing::discard(self)
+    }
 }
 
 impl std::fmt::Debug for WorkRing {

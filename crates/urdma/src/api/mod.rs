@@ -12,10 +12,11 @@ mod mr;
 mod qp;
 mod wr;
 
+pub use crate::verbs::{connect_steps, ConnectOptions, Endpoint};
 pub use cq::Cq;
 pub use device::{
     device_attr_for, gid_for, node_guid, port_attr_for, Device, DeviceConfig, GID_TABLE_LEN,
 };
 pub use mr::{Mr, MrSlice, Pd, RemoteBuf};
-pub use qp::{connect_steps, ConnectOptions, Endpoint, Qp, QpInitAttr};
+pub use qp::{Qp, QpInitAttr};
 pub use wr::{RecvWr, SendWr};

@@ -83,7 +83,7 @@ impl Pd {
             pd: pdn,
             access,
             iova,
-            mem,
+            mem: Box::new(mem),
             rekey: None,
         })?;
         Ok(Mr {

@@ -243,9 +243,17 @@ impl std::fmt::Debug for CqShared {
     }
 }
 
-/// A completion could not be queued because the CQ is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CqFull;
+pub use urdma_proto::sink::{CompletionSink, CqFull};
+
+impl CompletionSink for CqShared {
+    fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    fn push(&self, wc: WorkCompletion, solicited: bool) -> Result<(), CqFull> {
+        CqShared::push(self, wc, solicited)
+    }
+}
 
 impl CqShared {
     /// A CQ holding at most `capacity` completions, in a memfd when

@@ -5,7 +5,7 @@ pub mod batch;
 pub mod capture;
 pub mod events;
 pub mod loopback;
-pub mod sim;
+pub use urdma_proto::sim;
 pub mod stats;
 pub mod udp;
 

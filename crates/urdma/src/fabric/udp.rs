@@ -29,7 +29,7 @@ const SOCKET_BUFFER: usize = 16 << 20;
 /// Packets of a received batch handled before the ACKs they call for are
 /// sent: a quarter of a send window, so a sender whose window one batch
 /// fills hears of progress while the rest of the batch is handled.
-const ACK_CHUNK: usize = (crate::engine::requester::WINDOW / 4) as usize;
+const ACK_CHUNK: usize = (crate::engine::WINDOW / 4) as usize;
 
 /// A device's engine bound to a UDP socket.
 pub struct UdpDriver {

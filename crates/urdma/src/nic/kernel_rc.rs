@@ -305,8 +305,9 @@ impl KernelRc {
             _ => return Ok(()),
         };
         let mem = MemRegion::in_kernel(self.chan.clone(), n.key, iova, len);
-        driver
-            .with_engine(|e, _| e.insert_kernel_mr(n.key, pd, access, iova, mem, invalidatable))?;
+        driver.with_engine(|e, _| {
+            e.insert_kernel_mr(n.key, pd, access, iova, Box::new(mem), invalidatable)
+        })?;
         self.mrs.insert(index, n.key);
         Ok(())
     }

@@ -15,7 +15,7 @@
 //! [`Request::CreateSrq`]. Messages are bincode-encoded; the agent bounds every
 //! message by [`MAX_MESSAGE`] and decodes with that limit.
 
-use crate::engine::srq::SrqAttr;
+use crate::engine::SrqAttr;
 use crate::error::Error;
 use crate::types::{AccessFlags, AsyncEvent, QpType};
 use crate::verbs::{QpAttr, QpCap};

@@ -50,7 +50,7 @@ impl Buf {
                     pd,
                     access: ALL_ACCESS,
                     iova,
-                    mem,
+                    mem: Box::new(mem),
                     rekey: None,
                 },
             )

@@ -4,6 +4,7 @@
 use super::{done, number, unexpected, AgentLink, QpMirror, SrqMirror};
 use crate::engine::command::{AbandonQp, Command, DestroyQp, Reply};
 use crate::error::{Error, Result};
+use crate::mem::MemRegion;
 use crate::mr::MrEntry;
 use crate::nic::proto::{Request, Value};
 use crate::types::{QpAttrMask, QpState};
@@ -27,18 +28,23 @@ impl AgentLink {
             )?)?),
             C::DeallocMw(c) => done(self.request(&Request::DeallocMw { rkey: c.rkey }, &[])?)?,
             C::RegMr(c) => {
-                let fd = c.mem.shared_fd().map(|f| f.as_raw_fd());
+                let Some(region) = c.mem.as_any().downcast_ref::<MemRegion>() else {
+                    return Err(Error::NotSupported(
+                        "memory a NIC in another process cannot reach".into(),
+                    ));
+                };
+                let fd = region.shared_fd().map(|f| f.as_raw_fd());
                 let req = Request::RegMr {
                     pd: c.pd,
                     access: c.access,
                     iova: c.iova,
-                    addr: c.mem.addr() as u64,
-                    len: c.mem.len() as u64,
+                    addr: region.addr() as u64,
+                    len: region.len() as u64,
                     shared: fd.is_some(),
                     rekey: c.rekey,
                 };
                 let key = number(self.request(&req, fd.as_slice())?)?;
-                let entry = Arc::new(MrEntry::new(key, c.pd, c.access, c.iova, c.mem));
+                let entry = Arc::new(MrEntry::from_boxed(key, c.pd, c.access, c.iova, c.mem));
                 let replaced = self
                     .mrs
                     .lock()
@@ -83,8 +89,8 @@ impl AgentLink {
                     qp_type: c.qp_type,
                     cap: c.cap,
                     sq_sig_all: c.sq_sig_all,
-                    send_cq: c.send_cq.cqn,
-                    recv_cq: c.recv_cq.cqn,
+                    send_cq: c.send_cq.cqn(),
+                    recv_cq: c.recv_cq.cqn(),
                     srq: c.srq,
                 };
                 let qpn = number(self.request(&req, &fds)?)?;

@@ -59,7 +59,7 @@ impl Session {
                     pd: self.pd(pd)?,
                     access,
                     iova,
-                    mem,
+                    mem: Box::new(mem),
                     rekey,
                 })?;
                 let key = entry.lkey;

@@ -6,13 +6,13 @@ use super::{Session, MAX_POLLED_RINGS};
 use crate::engine::command::{
     CreateQp, CreateSrq, DestroyQp, DestroySrq, ModifyQp, ModifySrq, QueryQp, QuerySrq,
 };
-use crate::engine::rings::QpRings;
+use crate::engine::QpRings;
 use crate::error::{Error, Result};
 use crate::nic::agent::AgentDevice;
 use crate::nic::proto::{Request, Value};
 use crate::types::QpAttrMask;
 use crate::verbs::QpCap;
-use crate::wq::{self, WorkRing};
+use crate::wq::{self, WorkRing, WorkSource};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
@@ -52,8 +52,7 @@ impl Session {
                     srq,
                 })?;
                 // Mapped once the engine has checked the capacities.
-                let rings = map_qp_rings(&cap, fds).and_then(|rings| {
-                    let sq = rings.sq.clone();
+                let rings = map_qp_rings(&cap, fds).and_then(|(rings, sq)| {
                     d.with_engine(|e, _| e.attach_rings(qpn, rings))?;
                     Ok(sq)
                 });
@@ -79,7 +78,7 @@ impl Session {
                 self.qp(qpn)?;
                 let mask = QpAttrMask::from_bits(mask)
                     .ok_or_else(|| Error::inval("unknown attribute mask bits"))?;
-                let controlled = attr.qkey & crate::engine::requester::CONTROLLED_QKEY != 0;
+                let controlled = attr.qkey & crate::engine::CONTROLLED_QKEY != 0;
                 if mask.contains(QpAttrMask::QKEY) && controlled && self.uid != 0 {
                     // As Linux asks CAP_NET_RAW: a controlled Q_Key (QP 1's
                     // among them) lets a QP send as the NIC's own.
@@ -188,8 +187,9 @@ pub(super) fn only_fd(fds: &mut Vec<OwnedFd>, what: &str) -> Result<OwnedFd> {
 }
 
 /// Map the work queues a driver made for a QP of capacities `cap`: the
-/// send queue, then the receive queue unless the QP uses an SRQ.
-fn map_qp_rings(cap: &QpCap, fds: &mut Vec<OwnedFd>) -> Result<QpRings> {
+/// send queue, then the receive queue unless the QP uses an SRQ. The send
+/// queue comes back a second time, as the ring the session polls.
+fn map_qp_rings(cap: &QpCap, fds: &mut Vec<OwnedFd>) -> Result<(QpRings, Option<Arc<WorkRing>>)> {
     let mut fds = fds.drain(..);
     let sq = fds.next().map(|fd| {
         let len = wq::send_slot_len(cap.max_send_sge, cap.max_inline_data);
@@ -198,8 +198,10 @@ fn map_qp_rings(cap: &QpCap, fds: &mut Vec<OwnedFd>) -> Result<QpRings> {
     let rq = fds.next().map(|fd| {
         WorkRing::from_fd(fd, cap.max_recv_wr, wq::recv_slot_len(cap.max_recv_sge)).map(Arc::new)
     });
-    Ok(QpRings {
-        sq: sq.transpose()?,
-        rq: rq.transpose()?,
-    })
+    let sq = sq.transpose()?;
+    let rings = QpRings {
+        sq: sq.clone().map(|r| r as Arc<dyn WorkSource>),
+        rq: rq.transpose()?.map(|r| r as Arc<dyn WorkSource>),
+    };
+    Ok((rings, sq))
 }

@@ -1,9 +1,0 @@
-//! The verbs layer: object attributes and IB semantics (QP state machine,
-//! attribute masks, limits), independent of the engine.
-
-pub mod attr;
-pub mod gid;
-pub mod modify;
-
-pub use attr::{AddressVector, DeviceAttr, PortAttr, QpAttr, QpCap, MAX_MSG_SZ};
-pub use gid::Gid;
