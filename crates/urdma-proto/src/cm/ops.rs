@@ -266,6 +266,6 @@ impl TryFrom<CmEventRepr> for CmEvent {
 }
 
 /// The most bytes a [`CmOp`] or [`CmEvent`] takes encoded with
-/// [`crate::nic::proto::encode`], as the drop-in librdmacm hands them to
+/// the NIC's command encoding, as the drop-in librdmacm hands them to
 /// the drop-in libibverbs (which holds the device).
 pub const CM_WIRE_MAX: usize = 1024;

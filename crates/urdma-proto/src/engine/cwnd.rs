@@ -20,7 +20,7 @@ pub const MIN_WINDOW: u32 = 4;
 /// [`WINDOW`], as TCP's slow start does, so that many QPs starting at
 /// once do not overflow a queue on the path with full windows. (A READ
 /// request counts as one packet here; its responses, up to
-/// [`super::requester::READ_CHUNK`], come whatever the window.)
+/// the requester's READ chunk, come whatever the window.)
 pub const INITIAL_WINDOW: u32 = 32;
 
 /// A QP's send window.

@@ -13,7 +13,7 @@
 //! near the larger of the device window and a share per busy QP.
 //!
 //! The total is kept as the sum of what each QP last reported
-//! ([`sync`]); a QP's report is brought up to date whenever the requester
+//! (`sync`); a QP's report is brought up to date whenever the requester
 //! runs for it, so a missed change corrects itself at the QP's next
 //! input, and destroying a QP takes its part away. QPs whose peer is a
 //! device of the same NIC ([`super::INTERNAL_UNIT`]) put nothing on a

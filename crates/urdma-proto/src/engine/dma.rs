@@ -1,6 +1,6 @@
 //! Payload carried by reference between devices of one NIC.
 //!
-//! An RC request for a device of the same NIC ([`super::tx::Icrc::InternalByReference`])
+//! An RC request for a device of the same NIC (an internal ICRC by reference)
 //! need not carry its payload's bytes: the datagram holds its headers and
 //! ICRC field, and a [`DmaSource`] names the range of the sender's
 //! registered region the payload is in. The receiving device copies that
@@ -17,7 +17,7 @@
 //! buffer when it executes the READ, before the requests that follow it
 //! on the QP, as IBTA orders them; its responses then name the bytes
 //! already in place, which the requester's copy finds where they are
-//! ([`MemRegion::copy_between`] of a range onto itself does nothing).
+//! ([`crate::memory::copy_between`] of a range onto itself does nothing).
 //! Whatever cannot take a payload by reference (the network, a capture,
 //! a packet that is not an RC payload in order) gets the whole datagram
 //! from [`DmaSource::assemble`].

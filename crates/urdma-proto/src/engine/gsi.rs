@@ -3,7 +3,7 @@
 //! communication manager ([`crate::cm::Cm`]).
 //!
 //! When the kernel has a QP 1 on the device (the kernel driver's GSI QP,
-//! see [`crate::nic::kernel_chan`]), the datagrams for QP 1 that this CM
+//! see the NIC's kernel channel), the datagrams for QP 1 that this CM
 //! does not claim go to the kernel, and the kernel's sends leave from
 //! QP 1 here.
 

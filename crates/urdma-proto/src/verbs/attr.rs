@@ -185,7 +185,7 @@ pub struct DeviceAttr {
     /// Physical ports.
     pub phys_port_cnt: u8,
     /// Active MTU of port 1: what the interface of the device's address
-    /// carries (see [`crate::Mtu::for_netdev`]). A QP's path MTU may not
+    /// carries (see [`crate::types::Mtu::for_netdev`]). A QP's path MTU may not
     /// exceed it; UD QPs use it.
     pub port_mtu: Mtu,
 }
