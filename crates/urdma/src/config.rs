@@ -10,7 +10,7 @@
 //!    included, named `urdma0`, `urdma1`, ... in interface order, all on
 //!    `URDMA_PORT` or 4791.
 
-use crate::api::DeviceConfig;
+use crate::device::DeviceConfig;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::net::IpAddr;

@@ -33,6 +33,7 @@
 pub mod api;
 pub mod config;
 pub mod cq;
+pub mod device;
 pub mod fabric;
 pub mod mem;
 pub mod nic;

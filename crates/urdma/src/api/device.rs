@@ -3,59 +3,30 @@
 use super::cq::Cq;
 use super::mr::Pd;
 use crate::cq::CqShared;
+pub use crate::device::{
+    device_attr_for, gid_for, node_guid, port_attr_for, DeviceConfig, GID_TABLE_LEN,
+};
 use crate::engine::command::{AllocPd, Request};
-use crate::engine::{Counters, Engine};
+use crate::engine::Counters;
 use crate::error::Result;
+use crate::fabric::embedded::EmbeddedNic;
 use crate::fabric::udp::UdpDriver;
 use crate::nic::{client::AgentLink, Link};
-use crate::types::{AsyncEvent, Mtu};
+use crate::types::AsyncEvent;
 use crate::verbs::{DeviceAttr, Gid, PortAttr};
-use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::Duration;
-
-/// Where a device lives.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceConfig {
-    /// Device name (urdma0, ...).
-    pub name: String,
-    /// IP address the device sends from and receives on.
-    pub addr: IpAddr,
-    /// UDP port (4791, the RoCEv2 port, unless configured otherwise).
-    pub port: u16,
-}
-
-impl DeviceConfig {
-    /// A device named `urdma0` on `addr`, port 4791.
-    pub fn new(addr: IpAddr) -> Self {
-        DeviceConfig {
-            name: "urdma0".into(),
-            addr,
-            port: urdma_wire::ROCEV2_UDP_PORT,
-        }
-    }
-}
 
 pub(crate) struct DeviceInner {
     pub(crate) config: DeviceConfig,
     pub(crate) link: Link,
     pub(crate) attr: DeviceAttr,
     next_cqn: AtomicU32,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl Drop for DeviceInner {
-    fn drop(&mut self) {
-        if let Link::Embedded(d) = &self.link {
-            d.stop();
-        }
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = t.join();
-        }
-    }
+    /// The NIC inside this process, for an embedded device; it closes
+    /// with the device.
+    _embedded: Option<EmbeddedNic>,
 }
 
 /// An open urdma device. Cloning shares it; it closes when the last
@@ -70,65 +41,6 @@ impl std::fmt::Debug for Device {
         f.debug_struct("Device")
             .field("config", &self.inner.config)
             .finish()
-    }
-}
-
-/// Node GUID derived from the device address (an EUI-64 with the local bit set).
-pub fn node_guid(addr: &SocketAddr) -> u64 {
-    let octets = Gid::from_ip(addr.ip()).0;
-    let mut g = [0u8; 8];
-    g[0] = 0x02;
-    g[1] = 0x75; // 'u'
-    g[2..6].copy_from_slice(&octets[12..16]);
-    g[6..8].copy_from_slice(&addr.port().to_be_bytes());
-    u64::from_be_bytes(g)
-}
-
-/// The attributes a device on `config` has.
-pub fn device_attr_for(config: &DeviceConfig) -> DeviceAttr {
-    let local = SocketAddr::new(config.addr, config.port);
-    let mut attr = DeviceAttr::default();
-    attr.node_guid = node_guid(&local);
-    attr.sys_image_guid = attr.node_guid;
-    // The port MTU follows the interface; an address on no interface
-    // (a test's simulated one) keeps the largest.
-    if let Some(mtu) = crate::config::interface_mtu(config.addr).and_then(crate::Mtu::for_netdev) {
-        attr.port_mtu = mtu;
-    }
-    attr
-}
-
-/// Entries of port 1's GID table.
-pub const GID_TABLE_LEN: u32 = 16;
-
-/// The GID at `index` of port 1's table of a device on `config`, as the
-/// device lays it out when it opens (see [`Device::gid_addrs`]): its
-/// interface's IPv6 link-local address first where it has one, then its
-/// address; the other entries are empty.
-pub fn gid_for(config: &DeviceConfig, index: usize) -> Option<Gid> {
-    let link_local = crate::config::link_local_for(config.addr).map(|(ll, _)| IpAddr::V6(ll));
-    link_local
-        .into_iter()
-        .chain([config.addr])
-        .nth(index)
-        .map(Gid::from_ip)
-}
-
-/// The attributes of port 1 of a device with the attributes `attr` (its
-/// GID table has room for [`GID_TABLE_LEN`] entries, of which [`gid_for`]
-/// names those set).
-pub fn port_attr_for(attr: &DeviceAttr) -> PortAttr {
-    PortAttr {
-        state: 4,
-        max_mtu: Mtu::Mtu4096,
-        active_mtu: attr.port_mtu,
-        // A table with room, as a port has: the entries of [`gid_for`],
-        // the others empty.
-        gid_tbl_len: GID_TABLE_LEN,
-        pkey_tbl_len: 1,
-        max_msg_sz: crate::verbs::MAX_MSG_SZ,
-        phys_state: 5,
-        link_layer_ethernet: true,
     }
 }
 
@@ -170,31 +82,13 @@ impl Device {
     }
 
     fn embedded(config: DeviceConfig, receive_thread: bool) -> Result<Device> {
-        let local = SocketAddr::new(config.addr, config.port);
-        let attr = device_attr_for(&config);
-        let engine = Engine::new(local, attr.clone(), None);
-        let link_local = crate::config::link_local_for(config.addr).map(|(ll, scope)| {
-            SocketAddr::V6(std::net::SocketAddrV6::new(ll, config.port, 0, scope))
-        });
-        // A device on a link-local address itself binds it in its scope.
-        let bind_at = match local {
-            SocketAddr::V6(a) if crate::config::is_link_local(*a.ip()) => {
-                SocketAddr::V6(std::net::SocketAddrV6::new(
-                    *a.ip(),
-                    a.port(),
-                    0,
-                    crate::config::interface_index(config.addr),
-                ))
-            }
-            a => a,
-        };
-        let driver = UdpDriver::bind_with(&config.name, bind_at, link_local, engine)?;
-        let thread = receive_thread.then(|| driver.start()).transpose()?;
+        let nic = EmbeddedNic::open(config, receive_thread)?;
+        let link = Link::Embedded(nic.driver().clone());
         Ok(Self::with_link(
-            config,
-            Link::Embedded(driver),
-            attr,
-            thread,
+            nic.config().clone(),
+            link,
+            nic.attr().clone(),
+            Some(nic),
         ))
     }
 
@@ -202,7 +96,7 @@ impl Device {
         config: DeviceConfig,
         link: Link,
         attr: DeviceAttr,
-        thread: Option<JoinHandle<()>>,
+        embedded: Option<EmbeddedNic>,
     ) -> Device {
         Device {
             inner: Arc::new(DeviceInner {
@@ -210,7 +104,7 @@ impl Device {
                 link,
                 attr,
                 next_cqn: AtomicU32::new(1),
-                thread: Mutex::new(thread),
+                _embedded: embedded,
             }),
         }
     }

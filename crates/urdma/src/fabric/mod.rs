@@ -3,6 +3,7 @@
 pub(crate) mod alarm;
 pub mod batch;
 pub mod capture;
+pub mod embedded;
 pub mod events;
 pub mod loopback;
 pub use urdma_proto::sim;

@@ -8,8 +8,9 @@ use super::channel;
 use super::kernel::{KernelNic, KernelObject};
 use super::proto::{self, Event, Request, Value};
 use super::session::{EventSink, Session};
-use crate::api::{Device, DeviceConfig};
+use crate::device::DeviceConfig;
 use crate::error::{Error, Result};
+use crate::fabric::embedded::EmbeddedNic;
 use crate::fabric::stats::ProcessStats;
 use crate::procmem::ProcessMemory;
 use crate::types::{AsyncEvent, AsyncEventKind};
@@ -69,9 +70,9 @@ impl Object {
 
 /// A device the agent serves, shared by the sessions that opened it.
 pub struct AgentDevice {
-    /// The device on its address.
-    pub device: Device,
-    /// Its engine.
+    /// The device's NIC: its engine and socket.
+    pub nic: EmbeddedNic,
+    /// Its engine ([`EmbeddedNic::driver`]).
     pub driver: Arc<crate::fabric::udp::UdpDriver>,
     next_cqn: AtomicU32,
     owners: Mutex<HashMap<Object, Weak<EventSink>>>,
@@ -195,17 +196,17 @@ impl Nic {
             d.users.fetch_add(1, Ordering::AcqRel);
             return Ok(d.clone());
         }
-        let device = Device::open_embedded(DeviceConfig {
-            name: name.to_string(),
-            addr,
-            port,
-        })?;
-        let driver = device
-            .driver()
-            .cloned()
-            .ok_or_else(|| Error::inval("an embedded device has an engine"))?;
+        let nic = EmbeddedNic::open(
+            DeviceConfig {
+                name: name.to_string(),
+                addr,
+                port,
+            },
+            true,
+        )?;
+        let driver = nic.driver().clone();
         let dev = Arc::new(AgentDevice {
-            device,
+            nic,
             driver,
             next_cqn: AtomicU32::new(1),
             owners: Mutex::new(HashMap::new()),
@@ -256,7 +257,7 @@ impl Nic {
     fn release(&self, dev: Arc<AgentDevice>) {
         let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         if dev.users.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let key = (dev.device.config().addr, dev.device.config().port);
+            let key = (dev.nic.config().addr, dev.nic.config().port);
             if let Some(d) = devs.remove(&key) {
                 drop(
                     d.kernel_chan
@@ -267,7 +268,7 @@ impl Nic {
                 d.driver.set_event_notifier(None);
                 d.driver.set_cm_notifier(None);
                 d.driver.set_holders(None);
-                tracing::info!(name = d.device.name(), "device closed");
+                tracing::info!(name = d.nic.config().name, "device closed");
             }
             drop(dev);
         }

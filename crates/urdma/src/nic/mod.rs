@@ -11,7 +11,8 @@
 //!
 //! [`Link`] is a device's way to its NIC: the agent by default, or an
 //! engine inside the process (`URDMA_NIC=embedded`, or
-//! [`crate::Device::open_embedded`]) for tests and embedding.
+//! [`crate::fabric::embedded::EmbeddedNic`], what `Device::open_embedded`
+//! opens) for tests and embedding.
 
 pub mod acceptor;
 pub mod addr;

@@ -216,7 +216,7 @@ impl Session {
             let agent_uid = nix::unistd::geteuid().as_raw();
             let name = crate::config::permit_device(&name, addr, port, self.uid, agent_uid)?;
             let dev = nic.open_device(&name, addr, port)?;
-            let local = dev.device.local_addr();
+            let local = dev.driver.local();
             let gids = dev.driver.gids().to_vec();
             self.device = Some(dev);
             return Ok(Value::Device { local, gids });
@@ -275,10 +275,16 @@ impl Session {
                 self.captures.push(cap);
                 Value::Done
             }
-            R::Counters => Value::Counters(Some(dev.device.counters().values().to_vec())),
+            R::Counters => {
+                Value::Counters(Some(dev.driver.inspect(|e| e.counters()).values().to_vec()))
+            }
             R::QpCounters { qpn } => {
                 self.qp(qpn)?;
-                Value::Counters(dev.device.qp_counters(qpn).map(|c| c.values().to_vec()))
+                Value::Counters(
+                    dev.driver
+                        .inspect(|e| e.qp_counters(qpn))
+                        .map(|c| c.values().to_vec()),
+                )
             }
         })
     }

@@ -114,7 +114,7 @@ impl Session {
             }
             R::CreateCq { cqn, capacity } => {
                 // A ring holds one entry more than its CQ's capacity.
-                if capacity < 2 || capacity > dev.device.attr().max_cqe + 1 {
+                if capacity < 2 || capacity > dev.nic.attr().max_cqe + 1 {
                     return Err(Error::inval("CQ capacity out of range"));
                 }
                 if !self.reserved_cqs.remove(&cqn) {
@@ -145,7 +145,7 @@ impl Session {
                 self.route_to_kernel(dev, crate::nic::agent::Object::Srq(srqn), kernel)?
             }
             R::ResizeCq { cqn, capacity } => {
-                if capacity < 2 || capacity > dev.device.attr().max_cqe + 1 {
+                if capacity < 2 || capacity > dev.nic.attr().max_cqe + 1 {
                     return Err(Error::inval("CQ capacity out of range"));
                 }
                 let cq = self.cq(cqn)?;

@@ -154,7 +154,7 @@ impl Session {
                 // everything (size and limit together) before it changes
                 // anything.
                 let fd = only_fd(fds, "a resized SRQ's work queue")?;
-                if n == 0 || n > dev.device.attr().max_qp_wr {
+                if n == 0 || n > dev.nic.attr().max_qp_wr {
                     return Err(Error::inval("SRQ size out of range"));
                 }
                 let sge = d.call(QuerySrq { srqn })?.max_sge;
