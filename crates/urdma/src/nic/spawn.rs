@@ -109,8 +109,8 @@ fn connect_checked(addr: &AgentAddr) -> std::io::Result<OwnedFd> {
 /// program if it is `urdma`, `urdma` beside it or one folder up (a test
 /// program in cargo's `deps`), or `urdma` on the PATH.
 pub fn agent_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("URDMA_AGENT_BIN").filter(|p| !p.is_empty()) {
-        return Some(p.into());
+    if let Some(p) = crate::config::get().agent_bin.value.clone() {
+        return Some(p);
     }
     let exe = std::env::current_exe().ok();
     if let Some(exe) = &exe {
@@ -185,8 +185,10 @@ pub fn connect_or_start() -> Result<OwnedFd> {
 /// process and its terminal, with no descriptor of this process but
 /// stdio, and return at once (the parent of `urdma agent --detach`).
 pub fn detach(bin: &std::path::Path, args: &[String]) -> std::io::Result<()> {
-    let log = std::env::var_os("URDMA_AGENT_LOG")
-        .filter(|p| !p.is_empty())
+    let log = crate::config::get()
+        .agent_log
+        .value
+        .clone()
         .map(|p| {
             std::fs::OpenOptions::new()
                 .create(true)
