@@ -381,6 +381,20 @@ pub fn warn(text: &str) {
     }
 }
 
+/// The `urdma agent` arguments that give an agent a program starts this
+/// process's settings of the agent (`--set KEY=VALUE` for each one the
+/// agent reads, and the agent's log file), so that it depends on no
+/// environment it would inherit.
+pub fn agent_args(s: &Settings) -> Vec<String> {
+    KNOBS
+        .iter()
+        .filter(|k| k.reader.agent_reads() || k.key == "agent_log")
+        .map(|k| (k.key, k.show(s)))
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("--set={k}={v}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,6 +483,22 @@ mod tests {
             (k.parse)(&mut s, &k.default_text(), Source::Default).unwrap();
             assert_eq!(s, Settings::default(), "{}", k.key);
         }
+    }
+
+    #[test]
+    fn the_agent_is_started_with_its_settings_as_arguments() {
+        let mut s = Settings::default();
+        s.ecn.value = false;
+        s.nic_socket.value = Some("urdma-test".into());
+        s.pcap.value = Some("/tmp/p.pcap".into());
+        let args = agent_args(&s);
+        assert!(args.contains(&"--set=ecn=0".to_string()), "{args:?}");
+        assert!(args.contains(&"--set=nic_socket=urdma-test".to_string()));
+        assert!(args.contains(&"--set=busy_poll_us=50".to_string()));
+        // Not the program's own, nor unset ones.
+        assert!(!args
+            .iter()
+            .any(|a| a.contains("pcap") || a.contains("addr")));
     }
 
     #[test]

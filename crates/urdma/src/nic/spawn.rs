@@ -153,11 +153,7 @@ pub fn connect_or_start() -> Result<OwnedFd> {
         ))
     })?;
     tracing::debug!(bin = %bin.display(), %own, "starting the NIC agent");
-    // The agent finds the same address (URDMA_NIC_SOCKET passes on).
-    let status = Command::new(&bin)
-        .args(["agent", "--detach"])
-        // Programs ask the agent for their own captures.
-        .env_remove("URDMA_PCAP")
+    let status = agent_command(&bin, &crate::config::get())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .status()?;
@@ -179,6 +175,26 @@ pub fn connect_or_start() -> Result<OwnedFd> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The command that starts an agent with this process's settings of the
+/// agent (`urdma agent --detach --set KEY=VALUE ...`: the address it
+/// serves at, its devices, its NIC's settings), and none of the urdma
+/// settings of the environment, so that it runs as configured here
+/// whatever this process's environment. (Programs ask the agent for
+/// their own captures.)
+fn agent_command(bin: &std::path::Path, s: &crate::config::Settings) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(["agent", "--detach"])
+        .args(crate::config::settings::agent_args(s));
+    for k in crate::config::KNOBS {
+        cmd.env_remove(k.env);
+    }
+    // The `urdma` command reads its log filter before its arguments.
+    if let Some(log) = &s.log.value {
+        cmd.env("URDMA_LOG", log);
+    }
+    cmd
 }
 
 /// Run `bin agent ARGS` in a session of its own, detached from this
