@@ -16,9 +16,11 @@ use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::net::IpAddr;
 
+mod agent_check;
 pub mod settings;
 pub mod values;
 
+pub use agent_check::{agent_info, check_agent, differences};
 pub use settings::{get, knob, set, Knob, Reader, Setting, Settings, Source, KNOBS};
 pub use values::{Loopback, NicMode, DEFAULT_BUSY_POLL_US, MAX_BUSY_POLL_US};
 
