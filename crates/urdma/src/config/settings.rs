@@ -501,6 +501,36 @@ mod tests {
             .any(|a| a.contains("pcap") || a.contains("addr")));
     }
 
+    /// docs/configuration.md has a row for each setting: its key, its
+    /// variable, who reads it and its default.
+    #[test]
+    fn the_documentation_lists_every_setting() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
+        let doc = std::fs::read_to_string(path).expect("docs/configuration.md");
+        for k in KNOBS {
+            let key = if k.in_file {
+                format!("`{}`", k.key)
+            } else {
+                "—".into()
+            };
+            let reader = match k.reader {
+                Reader::Agent => "agent",
+                Reader::Program => "program",
+                Reader::Both => "both",
+                Reader::Cli => "urdma",
+            };
+            let default = match k.default_text() {
+                d if d.is_empty() => "unset".to_string(),
+                d => format!("`{d}`"),
+            };
+            let row = format!("| {key} | `{}` | {reader} | {default} |", k.env);
+            assert!(
+                doc.contains(&row),
+                "docs/configuration.md lacks the row {row}"
+            );
+        }
+    }
+
     #[test]
     fn set_checks_the_key_and_value() {
         assert!(set("no_such_setting", "1").is_err());
