@@ -6,6 +6,7 @@
 //! process and using its own pair of 127.x.y.z addresses.
 
 mod cm;
+mod config;
 mod edge;
 mod errors;
 mod faults;
@@ -35,6 +36,11 @@ fn trial(name: &str, f: fn()) -> Trial {
 fn trials() -> Vec<Trial> {
     let mut v = vec![
         trial("pattern_selfcheck", pattern::selfcheck),
+        trial("config_mismatch_is_reported", config::mismatch_is_reported),
+        trial(
+            "config_started_agent_has_the_programs_settings",
+            config::started_agent_has_the_programs_settings,
+        ),
         trial("cm_connect_send_disconnect", cm::connect_send_disconnect),
         trial("cm_no_listener_rejects", cm::no_listener_rejects),
         trial("op_send", ops::send),

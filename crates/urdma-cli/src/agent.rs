@@ -26,12 +26,24 @@ pub struct AgentArgs {
     /// beyond, opening a device fails with a message saying so.
     #[arg(long, default_value_t = agent::AgentOptions::default().limits.max_sessions_per_user)]
     max_sessions_per_user: usize,
+    /// A setting of the agent, over its configuration file and its
+    /// environment: `--set ecn=0` as `URDMA_ECN=0` (see
+    /// docs/configuration.md). A program that starts an agent passes
+    /// its own settings this way.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
 }
 
 /// Run (or detach) the agent. An agent of this user or of root already
 /// serving the namespace is not an error: it is the NIC the caller
 /// wanted. A name held by any other user's process is.
 pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
+    for kv in &a.set {
+        let Some((key, value)) = kv.split_once('=') else {
+            anyhow::bail!("--set {kv}: not KEY=VALUE");
+        };
+        urdma::config::set(key, value)?;
+    }
     if a.detach {
         let exe = std::env::current_exe()?;
         let mut args = Vec::new();
@@ -47,6 +59,7 @@ pub fn run(a: &AgentArgs) -> anyhow::Result<()> {
             "--max-sessions-per-user={}",
             a.max_sessions_per_user
         ));
+        args.extend(a.set.iter().map(|kv| format!("--set={kv}")));
         urdma::nic::spawn::detach(&exe, &args)?;
         return Ok(());
     }

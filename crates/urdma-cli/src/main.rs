@@ -41,10 +41,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    let filter = urdma::config::get().log.value.clone();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("URDMA_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+            filter
+                .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+                .unwrap_or_else(|| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -51,7 +51,9 @@ impl PeerArgs {
     /// before any device opens.
     pub(crate) fn start_capture(&self) {
         if let Some(f) = &self.pcap {
-            std::env::set_var("URDMA_PCAP", f);
+            if let Err(e) = urdma::config::set("pcap", &f.to_string_lossy()) {
+                eprintln!("urdma: {e}");
+            }
         }
     }
 }

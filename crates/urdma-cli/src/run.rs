@@ -47,8 +47,8 @@ pub struct RunArgs {
 /// this executable (an installed layout); the `deps` folder beside it,
 /// where cargo leaves the library when it builds the `urdma` command.
 fn lib_dirs() -> Result<Vec<PathBuf>> {
-    if let Some(d) = std::env::var_os("URDMA_LIB_DIR") {
-        return Ok(vec![PathBuf::from(d)]);
+    if let Some(d) = urdma::config::get().lib_dir.value.clone() {
+        return Ok(vec![d]);
     }
     let exe = std::env::current_exe().context("cannot locate the urdma executable")?;
     let dir = exe
@@ -193,7 +193,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
     }
     // The program's library starts the NIC agent with this very program
     // when none runs.
-    if std::env::var_os("URDMA_AGENT_BIN").is_none() {
+    if urdma::config::get().agent_bin.value.is_none() {
         if let Ok(exe) = std::env::current_exe() {
             cmd.env("URDMA_AGENT_BIN", exe);
         }
@@ -220,7 +220,9 @@ pub fn run(a: &RunArgs) -> Result<()> {
 fn device_view(addr: Option<IpAddr>, cmd: &mut std::process::Command) {
     // The devices the program's library will list, in its order.
     if let Some(ip) = addr {
-        std::env::set_var("URDMA_ADDR", ip.to_string());
+        if let Err(e) = urdma::config::set("addr", &ip.to_string()) {
+            eprintln!("urdma: {e}");
+        }
     }
     let configs = match urdma::config::discover_for_programs() {
         Ok(c) if !c.is_empty() => c,

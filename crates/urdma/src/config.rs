@@ -1,5 +1,6 @@
-//! Which devices exist: from the environment, a configuration file, or
-//! the host's interfaces.
+//! urdma's settings ([`Settings`], see [`settings`]), and which devices
+//! exist: from the environment, a configuration file, or the host's
+//! interfaces.
 //!
 //! In order of precedence:
 //! 1. `URDMA_ADDR=IP` (with optional `URDMA_PORT`): exactly one device,
@@ -14,7 +15,14 @@ use crate::device::DeviceConfig;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::net::IpAddr;
-use std::path::Path;
+
+mod agent_check;
+pub mod settings;
+pub mod values;
+
+pub use agent_check::{agent_info, check_agent, differences};
+pub use settings::{get, knob, set, Knob, Reader, Setting, Settings, Source, KNOBS};
+pub use values::{Loopback, NicMode, DEFAULT_BUSY_POLL_US, MAX_BUSY_POLL_US};
 
 /// Default configuration file.
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/urdma.toml";
@@ -34,13 +42,10 @@ struct FileDevice {
 
 /// The UDP port of devices: `URDMA_PORT`, else 4791.
 pub fn default_port() -> Result<u16> {
-    match std::env::var("URDMA_PORT") {
-        Ok(p) => p
-            .parse()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| Error::inval(format!("URDMA_PORT={p} is not a UDP port"))),
-        Err(_) => Ok(urdma_wire::ROCEV2_UDP_PORT),
+    let s = get();
+    match s.problem("port") {
+        Some(p) => Err(Error::inval(p.to_string())),
+        None => Ok(s.port.value),
     }
 }
 
@@ -77,28 +82,6 @@ fn check_unique(devs: &[DeviceConfig]) -> Result<()> {
     Ok(())
 }
 
-/// An on/off switch from the environment variable `var`: `1` (the
-/// default, also when unset) or `0`; anything else is warned about and
-/// leaves it on.
-fn switch(var: &str) -> bool {
-    switch_or(var, true)
-}
-
-/// An on/off switch from the environment variable `var`: `1` or `0`,
-/// `default` when unset; anything else is warned about and gives
-/// `default`.
-fn switch_or(var: &str, default: bool) -> bool {
-    match std::env::var(var).as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        Err(_) => default,
-        Ok(other) => {
-            tracing::warn!(value = other, default, "{var} is 0 or 1");
-            default
-        }
-    }
-}
-
 /// Whether the NIC reads a message's payload from another process's
 /// memory up to 64 KiB at a time rather than packet by packet
 /// (`URDMA_STAGE`: `1` or `0`). Each access to `/proc/PID/mem` makes the
@@ -112,10 +95,10 @@ pub fn stage_reads() -> bool {
         let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         let build = std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok();
-        switch_or(
-            "URDMA_STAGE",
-            zeroes_allocated_pages(&cmdline, build.as_deref()),
-        )
+        get()
+            .stage
+            .value
+            .unwrap_or_else(|| zeroes_allocated_pages(&cmdline, build.as_deref()))
     })
 }
 
@@ -141,34 +124,21 @@ fn zeroes_allocated_pages(cmdline: &str, build: Option<&str>) -> bool {
 /// (`URDMA_ECN`: `1`, the default, or `0`).
 pub fn ecn() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| switch("URDMA_ECN"))
+    *ON.get_or_init(|| get().ecn.value)
 }
 
 /// Whether RC QPs offer selective retransmission to their peers
 /// (`URDMA_SELECTIVE`: `1`, the default, or `0` for go-back-N only).
 pub fn selective() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| switch("URDMA_SELECTIVE"))
+    *ON.get_or_init(|| get().selective.value)
 }
-
-/// Default busy-polling window (as Linux's `net.core.busy_poll` advice).
-pub const DEFAULT_BUSY_POLL_US: u64 = 50;
-
-/// Longest busy-polling window accepted.
-pub const MAX_BUSY_POLL_US: u64 = 10_000;
 
 /// Parse a busy-polling window in microseconds.
 pub fn parse_busy_poll(text: &str) -> Result<std::time::Duration> {
-    text.trim()
-        .parse::<u64>()
-        .ok()
-        .filter(|&us| us <= MAX_BUSY_POLL_US)
+    values::busy_poll_us(text)
         .map(std::time::Duration::from_micros)
-        .ok_or_else(|| {
-            Error::inval(format!(
-                "URDMA_BUSY_POLL_US={text} is not a number of microseconds from 0 to {MAX_BUSY_POLL_US}"
-            ))
-        })
+        .map_err(|why| Error::inval(format!("URDMA_BUSY_POLL_US={text}: {why}")))
 }
 
 /// How long the NIC's threads keep polling for more work after some came
@@ -178,13 +148,7 @@ pub fn parse_busy_poll(text: &str) -> Result<std::time::Duration> {
 /// poll. A bad value is reported once and the default used.
 pub fn busy_poll() -> std::time::Duration {
     static WINDOW: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
-    *WINDOW.get_or_init(|| match std::env::var("URDMA_BUSY_POLL_US") {
-        Ok(v) => parse_busy_poll(&v).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "using the default busy-polling window");
-            std::time::Duration::from_micros(DEFAULT_BUSY_POLL_US)
-        }),
-        Err(_) => std::time::Duration::from_micros(DEFAULT_BUSY_POLL_US),
-    })
+    *WINDOW.get_or_init(|| std::time::Duration::from_micros(get().busy_poll_us.value))
 }
 
 /// The MTU of the interface that holds `addr` (from sysfs), if any does.
@@ -333,9 +297,10 @@ pub fn from_interfaces(port: u16) -> Result<Vec<DeviceConfig>> {
 /// serves devices on loopback addresses (the kernel's on `lo`, `--addr`).
 pub fn discover_for_programs() -> Result<Vec<DeviceConfig>> {
     let all = discover()?;
-    if std::env::var_os("URDMA_ADDR").is_some()
-        || std::env::var_os("URDMA_CONFIG").is_some()
-        || Path::new(DEFAULT_CONFIG_FILE).exists()
+    let s = get();
+    if s.addr.value.is_some()
+        || s.config.value.is_some()
+        || std::path::Path::new(DEFAULT_CONFIG_FILE).exists()
     {
         return Ok(all);
     }
@@ -354,19 +319,24 @@ fn without_lone_loopback(devs: Vec<DeviceConfig>) -> Vec<DeviceConfig> {
 /// The devices this process should see.
 pub fn discover() -> Result<Vec<DeviceConfig>> {
     let port = default_port()?;
-    if let Ok(a) = std::env::var("URDMA_ADDR") {
-        let addr = parse_addr(&a).map_err(|e| Error::inval(format!("URDMA_ADDR={a}: {e}")))?;
+    let s = get();
+    if let Some(a) = &s.addr.value {
+        let given = knob("addr").map_or_else(
+            || format!("URDMA_ADDR={a}"),
+            |k| settings::origin(k, a, &s.addr.source),
+        );
+        let addr = parse_addr(a).map_err(|e| Error::inval(format!("{given}: {e}")))?;
         return Ok(vec![DeviceConfig {
             name: "urdma0".into(),
             addr,
             port,
         }]);
     }
-    let file = std::env::var("URDMA_CONFIG").ok();
-    let path = file.as_deref().unwrap_or(DEFAULT_CONFIG_FILE);
-    if file.is_some() || Path::new(path).exists() {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::inval(format!("{path}: {e}")))?;
+    let file = s.config.value.as_deref();
+    let path = file.unwrap_or(std::path::Path::new(DEFAULT_CONFIG_FILE));
+    if file.is_some() || path.exists() {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::inval(format!("{}: {e}", path.display())))?;
         return parse_config(&text, port);
     }
     from_interfaces(port)

@@ -29,8 +29,8 @@ pub fn euid() -> u32 {
 
 /// The folder this process publishes its runtime files in.
 pub fn own_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("URDMA_STATS_DIR") {
-        return d.into();
+    if let Some(d) = crate::config::get().stats_dir.value.clone() {
+        return d;
     }
     let uid = euid();
     if uid == 0 {

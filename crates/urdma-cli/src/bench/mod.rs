@@ -134,6 +134,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         // Before any device opens; the local server process inherits them.
         std::env::set_var("URDMA_NIC", "embedded");
         std::env::set_var("URDMA_LOOPBACK", "udp");
+        urdma::config::set("nic", "embedded")?;
+        urdma::config::set("loopback", "udp")?;
     }
     let sizes = sizes(a)?;
     let p = params(a, *sizes.iter().max().unwrap_or(&1))?;

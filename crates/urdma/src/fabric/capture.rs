@@ -203,21 +203,10 @@ pub fn frame(
 /// Where `URDMA_PCAP` asks this process to capture (`%p` replaced by the
 /// process id) and the size limit from `URDMA_PCAP_LIMIT`.
 pub fn requested() -> Option<(String, u64)> {
-    let path = std::env::var_os("URDMA_PCAP")?;
-    let path = path
-        .to_string_lossy()
-        .replace("%p", &std::process::id().to_string());
-    let limit = match std::env::var("URDMA_PCAP_LIMIT") {
-        Ok(v) => match v.parse() {
-            Ok(n) => n,
-            Err(_) => {
-                tracing::warn!(value = %v, "URDMA_PCAP_LIMIT is not a byte count; using the default");
-                DEFAULT_LIMIT
-            }
-        },
-        Err(_) => DEFAULT_LIMIT,
-    };
-    Some((path, limit))
+    let s = crate::config::get();
+    let path = s.pcap.value.as_ref()?;
+    let path = path.replace("%p", &std::process::id().to_string());
+    Some((path, s.pcap_limit.value))
 }
 
 /// The capture of the NICs inside this process, opened on first use from

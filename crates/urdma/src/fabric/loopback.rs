@@ -24,23 +24,7 @@ fn table() -> &'static Mutex<HashMap<SocketAddr, Weak<UdpDriver>>> {
 /// Whether internal loopback is on (`URDMA_LOOPBACK` is not `udp`).
 pub fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| parse_mode(std::env::var("URDMA_LOOPBACK").ok().as_deref()))
-}
-
-/// `URDMA_LOOPBACK`'s meaning: unset or `internal` is on, `udp` is off;
-/// anything else keeps the default (on) with a warning.
-fn parse_mode(v: Option<&str>) -> bool {
-    match v {
-        None | Some("") | Some("internal") => true,
-        Some("udp") => false,
-        Some(other) => {
-            tracing::warn!(
-                value = other,
-                "URDMA_LOOPBACK is `internal` or `udp`; internal loopback stays on"
-            );
-            true
-        }
-    }
+    *ON.get_or_init(|| crate::config::get().loopback.value == crate::config::Loopback::Internal)
 }
 
 /// Make `driver` reachable internally at its address.
@@ -320,6 +304,14 @@ impl Inbox {
         std::mem::swap(&mut *q, &mut spare);
         spare
     }
+}
+
+/// `URDMA_LOOPBACK`'s meaning, as the settings read it: unset or
+/// `internal` is on, `udp` is off; anything else keeps the default (on).
+#[cfg(test)]
+fn parse_mode(v: Option<&str>) -> bool {
+    crate::config::values::loopback(v.unwrap_or(""))
+        .map_or(true, |m| m == crate::config::Loopback::Internal)
 }
 
 #[cfg(test)]

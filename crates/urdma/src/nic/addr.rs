@@ -39,9 +39,7 @@ impl fmt::Display for AgentAddr {
 
 /// The abstract name `URDMA_NIC_SOCKET` asks for, if any.
 fn configured() -> Option<String> {
-    std::env::var("URDMA_NIC_SOCKET")
-        .ok()
-        .filter(|s| !s.is_empty())
+    crate::config::get().nic_socket.value.clone()
 }
 
 /// The service's socket of this network namespace:

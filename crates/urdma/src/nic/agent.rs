@@ -186,6 +186,8 @@ impl AgentDevice {
 pub struct Nic {
     devices: Mutex<HashMap<(IpAddr, u16), Arc<AgentDevice>>>,
     sessions: AtomicUsize,
+    /// How long the agent runs on once idle, as it tells programs.
+    linger: Option<Duration>,
 }
 
 impl Nic {
@@ -299,7 +301,11 @@ pub fn run(opts: &AgentOptions) -> std::io::Result<()> {
     channel::raise_fd_limit();
     channel::keep_free_memory();
     tracing::info!(addr = %opts.addr, "NIC agent listening");
-    let nic = Arc::new(Nic::default());
+    let linger = opts.linger;
+    let nic = Arc::new(Nic {
+        linger,
+        ..Nic::default()
+    });
     // Held for the agent's life (a device no session opened is not a
     // reason to stay: linger still counts sessions only).
     let _held: Vec<Arc<AgentDevice>> = opts
@@ -434,7 +440,8 @@ fn serve(nic: &Nic, hello: Hello) {
     }
     let mut buf = channel::MsgBuf::default();
     let mut fds = Vec::new();
-    if let Ok(m) = proto::encode(&Ok::<Value, proto::WireError>(Value::Done)) {
+    let info = crate::config::agent_info(&crate::config::get(), nic.linger);
+    if let Ok(m) = proto::encode(&Ok::<Value, proto::WireError>(Value::Agent(info))) {
         if channel::send(&conn, &m, &[]).is_err() {
             return;
         }

@@ -139,7 +139,10 @@ impl AgentLink {
             fd,
             buf: channel::MsgBuf::default(),
         };
-        answer(&mut chan)?;
+        match answer(&mut chan)? {
+            Value::Agent(info) => crate::config::check_agent(&info),
+            v => return Err(unexpected(v)),
+        }
         let (local, gids) = match ask(
             &mut chan,
             &Request::OpenDevice {

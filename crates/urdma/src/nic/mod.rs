@@ -41,7 +41,7 @@ use std::time::Duration;
 
 /// True when `URDMA_NIC=embedded` asks for the NIC inside this process.
 pub fn embedded_by_default() -> bool {
-    std::env::var("URDMA_NIC").is_ok_and(|v| v == "embedded")
+    crate::config::get().nic.value == crate::config::NicMode::Embedded
 }
 
 /// How a device reaches its NIC.

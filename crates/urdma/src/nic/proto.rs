@@ -4,7 +4,7 @@
 //! message per packet) and says [`Request::Hello`], passing two file
 //! descriptors: its own `/proc/self/mem` (the agent's only way to its
 //! registered memory) and one end of a socket pair on which the agent sends
-//! [`Event`]s. Then each [`Request`] is answered by one [`Response`], except
+//! [`Event`]s; the agent answers [`Value::Agent`] with its settings. Then each [`Request`] is answered by one [`Response`], except
 //! [`Request::Doorbell`], which is not answered. Work requests do not travel
 //! on the socket: a driver writes them into work queue rings in shared
 //! memory ([`crate::wq`]) and rings a doorbell only when the NIC asked for
@@ -25,7 +25,20 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Protocol version; a driver and an agent of different versions refuse
 /// each other at [`Request::Hello`].
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
+
+/// What the agent answers a [`Request::Hello`]: itself, and its values of
+/// the settings of the NIC, which a program compares with its own
+/// ([`crate::config::check_agent`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentInfo {
+    /// The agent's process.
+    pub pid: u32,
+    /// How long it runs on once no program uses it (None: until stopped).
+    pub linger_ms: Option<u64>,
+    /// Its settings of the NIC: (file key, value as the file writes it).
+    pub settings: Vec<(String, String)>,
+}
 
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 256 << 10;
@@ -243,6 +256,8 @@ impl Request {
 pub enum Value {
     /// Nothing to return.
     Done,
+    /// The answer to [`Request::Hello`].
+    Agent(AgentInfo),
     /// What a CM call answers: a new connection's ID, if it made one.
     CmId(Option<u32>),
     /// A number (PD, QP, SRQ, CQ, key).

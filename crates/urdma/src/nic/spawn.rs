@@ -109,8 +109,8 @@ fn connect_checked(addr: &AgentAddr) -> std::io::Result<OwnedFd> {
 /// program if it is `urdma`, `urdma` beside it or one folder up (a test
 /// program in cargo's `deps`), or `urdma` on the PATH.
 pub fn agent_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("URDMA_AGENT_BIN").filter(|p| !p.is_empty()) {
-        return Some(p.into());
+    if let Some(p) = crate::config::get().agent_bin.value.clone() {
+        return Some(p);
     }
     let exe = std::env::current_exe().ok();
     if let Some(exe) = &exe {
@@ -153,11 +153,7 @@ pub fn connect_or_start() -> Result<OwnedFd> {
         ))
     })?;
     tracing::debug!(bin = %bin.display(), %own, "starting the NIC agent");
-    // The agent finds the same address (URDMA_NIC_SOCKET passes on).
-    let status = Command::new(&bin)
-        .args(["agent", "--detach"])
-        // Programs ask the agent for their own captures.
-        .env_remove("URDMA_PCAP")
+    let status = agent_command(&bin, &crate::config::get())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .status()?;
@@ -181,12 +177,34 @@ pub fn connect_or_start() -> Result<OwnedFd> {
     }
 }
 
+/// The command that starts an agent with this process's settings of the
+/// agent (`urdma agent --detach --set KEY=VALUE ...`: the address it
+/// serves at, its devices, its NIC's settings), and none of the urdma
+/// settings of the environment, so that it runs as configured here
+/// whatever this process's environment. (Programs ask the agent for
+/// their own captures.)
+fn agent_command(bin: &std::path::Path, s: &crate::config::Settings) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(["agent", "--detach"])
+        .args(crate::config::settings::agent_args(s));
+    for k in crate::config::KNOBS {
+        cmd.env_remove(k.env);
+    }
+    // The `urdma` command reads its log filter before its arguments.
+    if let Some(log) = &s.log.value {
+        cmd.env("URDMA_LOG", log);
+    }
+    cmd
+}
+
 /// Run `bin agent ARGS` in a session of its own, detached from this
 /// process and its terminal, with no descriptor of this process but
 /// stdio, and return at once (the parent of `urdma agent --detach`).
 pub fn detach(bin: &std::path::Path, args: &[String]) -> std::io::Result<()> {
-    let log = std::env::var_os("URDMA_AGENT_LOG")
-        .filter(|p| !p.is_empty())
+    let log = crate::config::get()
+        .agent_log
+        .value
+        .clone()
         .map(|p| {
             std::fs::OpenOptions::new()
                 .create(true)

@@ -21,7 +21,7 @@ static GSO: AtomicBool = AtomicBool::new(true);
 fn gso_on() -> bool {
     static CONFIGURED: std::sync::Once = std::sync::Once::new();
     CONFIGURED.call_once(|| {
-        if std::env::var("URDMA_GSO").is_ok_and(|v| v == "0") {
+        if !crate::config::get().gso.value {
             GSO.store(false, Ordering::Relaxed);
         }
     });
