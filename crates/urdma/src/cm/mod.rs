@@ -386,7 +386,7 @@ impl Cm {
     }
 
     /// MADs ignored because they named another peer's connection, and
-    /// REQs refused beyond [`handle::MAX_HALF_OPEN`].
+    /// REQs refused beyond `handle::MAX_HALF_OPEN`.
     pub fn refused(&self) -> u64 {
         self.refused
     }

@@ -1,5 +1,5 @@
 //! The send window's response to loss: how many PSNs an RC QP may have
-//! outstanding right now, at most [`super::requester::WINDOW`]. It starts
+//! outstanding right now, at most `super::requester::WINDOW`. It starts
 //! at [`INITIAL_WINDOW`] and opens fast; a retransmission timeout closes it
 //! to [`MIN_WINDOW`] and a sequence NAK halves it (with a selective peer,
 //! outside a congestion episode, a timeout only halves it and a repaired
@@ -17,10 +17,10 @@ use super::requester::WINDOW;
 pub const MIN_WINDOW: u32 = 4;
 /// The window a QP starts with, in packets; acknowledgements open it one
 /// packet per packet acknowledged (doubling it each round trip) up to
-/// [`WINDOW`], as TCP's slow start does, so that many QPs starting at
+/// `WINDOW`, as TCP's slow start does, so that many QPs starting at
 /// once do not overflow a queue on the path with full windows. (A READ
 /// request counts as one packet here; its responses, up to
-/// [`super::requester::READ_CHUNK`], come whatever the window.)
+/// `super::requester::READ_CHUNK`, come whatever the window.)
 pub const INITIAL_WINDOW: u32 = 32;
 
 /// A QP's send window.

@@ -1,7 +1,7 @@
 //! The device's send window: a bound on the packets all of a device's RC
 //! QPs together have sent and not yet seen acknowledged.
 //!
-//! Each QP's own window (at most [`super::requester::WINDOW`] packets,
+//! Each QP's own window (at most `super::requester::WINDOW` packets,
 //! less after congestion) bounds what one connection puts on the path.
 //! A thousand QPs to one peer would together put a thousand windows
 //! there: more than the peer's socket can queue, and the queueing delay
@@ -13,7 +13,7 @@
 //! near the larger of the device window and a share per busy QP.
 //!
 //! The total is kept as the sum of what each QP last reported
-//! ([`sync`]); a QP's report is brought up to date whenever the requester
+//! (`sync`); a QP's report is brought up to date whenever the requester
 //! runs for it, so a missed change corrects itself at the QP's next
 //! input, and destroying a QP takes its part away. QPs whose peer is a
 //! device of the same NIC ([`super::INTERNAL_UNIT`]) put nothing on a

@@ -298,7 +298,7 @@ impl Engine {
 
     /// Offer and accept selective retransmission on RC QPs (on by
     /// default): requests carry the selective mark, marked requests after
-    /// a loss are kept ([`responder`]'s `reorder`), and a marked sequence
+    /// a loss are kept (`responder`'s `reorder`), and a marked sequence
     /// NAK is answered by resending the one packet it names. Off, the QPs
     /// use IBTA go-back-N only, as with any peer that does not mark its
     /// packets.
