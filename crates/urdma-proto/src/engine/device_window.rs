@@ -1,7 +1,7 @@
 //! The device's send window: a bound on the packets all of a device's RC
 //! QPs together have sent and not yet seen acknowledged.
 //!
-//! Each QP's own window (at most [`super::requester::WINDOW`] packets,
+//! Each QP's own window (at most `super::requester::WINDOW` packets,
 //! less after congestion) bounds what one connection puts on the path.
 //! A thousand QPs to one peer would together put a thousand windows
 //! there: more than the peer's socket can queue, and the queueing delay

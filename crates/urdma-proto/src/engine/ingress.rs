@@ -33,7 +33,7 @@ impl Engine {
     /// this NIC built and handed over internally (internal loopback): no
     /// wire could corrupt them, and those of RC and UC QPs between its
     /// devices carry no ICRC (`tx::Icrc::Internal`), so it is not checked.
-    /// A datagram may leave its payload in the sender's region ([`dma`]).
+    /// A datagram may leave its payload in the sender's region (`dma`).
     pub fn handle_internal_batch<'d>(
         &mut self,
         now: u64,
@@ -123,7 +123,7 @@ impl Engine {
 
     /// Handle one datagram from `src`, its ICRC checked if `check_icrc`,
     /// congestion experienced if `ce`; `sink` is the requester's buffer of
-    /// an RC READ request from a device of this NIC ([`dma`]).
+    /// an RC READ request from a device of this NIC (`dma`).
     fn handle_one(
         &mut self,
         now: u64,
@@ -156,7 +156,7 @@ impl Engine {
 
     /// Handle a parsed packet of `len` bytes from `src`, whose payload
     /// stayed in its sender's region if `refs.0` names it, and whose
-    /// requester's READ buffer is `refs.1` ([`dma`]).
+    /// requester's READ buffer is `refs.1` (`dma`).
     fn handle_packet(
         &mut self,
         now: u64,

@@ -13,11 +13,11 @@ pub struct Transmit {
     /// `source` holds them.
     pub data: Vec<u8>,
     /// The payload, left in the sender's region for a device of this NIC
-    /// to copy ([`dma`]); the fabric assembles the whole datagram
+    /// to copy (`dma`); the fabric assembles the whole datagram
     /// ([`Transmit::assemble`]) for anything else.
     pub source: Option<dma::DmaSource>,
     /// An RC READ request's buffer at the requester, which a device of
-    /// this NIC fills when it executes the READ ([`dma`]); nothing to
+    /// this NIC fills when it executes the READ (`dma`); nothing to
     /// anything else.
     pub sink: Option<dma::DmaSource>,
 }

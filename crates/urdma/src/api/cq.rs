@@ -61,7 +61,7 @@ impl Cq {
     }
 
     /// Capacity: completions the CQ is guaranteed to hold (its ring
-    /// holds one more, see [`ring_entries`]).
+    /// holds one more, see `ring_entries`).
     pub fn capacity(&self) -> usize {
         self.shared.capacity() - 1
     }

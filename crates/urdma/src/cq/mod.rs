@@ -36,7 +36,7 @@
 //! `pkey_index`, `slid` at 44 and 46, u8s `sl`, `dlid_path_bits` at 48 and
 //! 49, zero up to 64. Unknown status values decode as
 //! [`WcStatus::GeneralErr`]; an unknown opcode decodes as
-//! [`WcOpcode::Send`] with status `GeneralErr`.
+//! [`WcOpcode::Send`](crate::types::WcOpcode::Send) with status `GeneralErr`.
 //!
 //! # Protocol
 //!

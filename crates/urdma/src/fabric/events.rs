@@ -31,7 +31,7 @@ impl<T> Default for EventQueue<T> {
 }
 
 impl<T> EventQueue<T> {
-    /// Queue events (the oldest go beyond [`MAX_EVENTS`]), wake waiters
+    /// Queue events (the oldest go beyond `MAX_EVENTS`), wake waiters
     /// and run the notifier.
     pub fn push(&self, evs: impl IntoIterator<Item = T>) {
         let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());

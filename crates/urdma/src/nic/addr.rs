@@ -104,7 +104,7 @@ fn check_folders(path: &Path) -> std::io::Result<()> {
 }
 
 /// Check that the socket file at `path` can only be root's: see
-/// [`check_folders`], and the file itself is a socket of root.
+/// `check_folders`, and the file itself is a socket of root.
 pub fn check_service_file(path: &Path) -> std::io::Result<()> {
     check_folders(path)?;
     let m = std::fs::symlink_metadata(path)?;

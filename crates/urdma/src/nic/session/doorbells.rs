@@ -7,7 +7,7 @@ use crate::nic::proto::Request;
 impl Session {
     /// Take the work that doorbells announce, under one engine lock, so
     /// that the packets it makes leave in one batch. With `poll`, the
-    /// session's send queues (unless it has more than [`MAX_POLLED_RINGS`])
+    /// session's send queues (unless it has more than `MAX_POLLED_RINGS`)
     /// are polled from then on: the driver's next posts need no doorbell
     /// until [`Session::stop_polling`].
     pub fn handle_doorbells(&mut self, bells: Vec<Request>, poll: bool) {
