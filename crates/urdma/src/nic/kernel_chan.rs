@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use urdma_abi as abi;
 
 /// Message types (`enum urdma_msg_type`).
 const MSG_UD_SEND: u16 = 1;
@@ -43,22 +44,12 @@ const MAX_PAYLOAD: usize = 4096;
 /// `enum rdma_network_type`.
 const RDMA_NETWORK_IPV4: u32 = 2;
 const RDMA_NETWORK_IPV6: u32 = 3;
-/// Room for a device name (`URDMA_IBDEV_NAME_LEN`).
-const IBDEV_NAME_LEN: usize = 64;
 /// Bytes read at once: the kernel's largest write is far below.
 const READ_BUF: usize = 256 << 10;
 /// How often the reader looks at its stop flag.
 const STOP_POLL: Duration = Duration::from_millis(200);
 
-/// `struct urdma_attach`.
-#[repr(C)]
-struct AttachCmd {
-    ifindex: u32,
-    reserved: u32,
-    ibdev: [u8; IBDEV_NAME_LEN],
-}
-
-nix::ioctl_readwrite!(ioc_attach, 0xb5, 3, AttachCmd);
+nix::ioctl_readwrite_bad!(ioc_attach, abi::URDMA_IOC_ATTACH, abi::urdma_attach);
 
 /// A malformed message from the kernel.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -260,10 +251,9 @@ impl KernelChannel {
                 return Ok(None);
             }
         };
-        let mut cmd = AttachCmd {
+        let mut cmd = abi::urdma_attach {
             ifindex,
-            reserved: 0,
-            ibdev: [0; IBDEV_NAME_LEN],
+            ..Default::default()
         };
         // SAFETY: the command is a live, fully initialised struct of the
         // layout the ioctl number encodes; the kernel reads and writes it.
@@ -276,12 +266,13 @@ impl KernelChannel {
             }
             Err(e) => return Err(e.into()),
         }
-        let end = cmd
+        let name: Vec<u8> = cmd
             .ibdev
             .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(IBDEV_NAME_LEN);
-        let ibdev = String::from_utf8_lossy(&cmd.ibdev[..end]).into_owned();
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        let ibdev = String::from_utf8_lossy(&name).into_owned();
         let file = Arc::new(file);
         let writer = file.clone();
         driver.set_kernel_gsi_sink(Some(Box::new(move |datagrams| {
@@ -477,11 +468,6 @@ mod tests {
 
     #[test]
     fn layouts_match_the_module() {
-        assert_eq!(std::mem::size_of::<AttachCmd>(), 72);
-        assert_eq!(
-            nix::request_code_readwrite!(0xb5, 3, std::mem::size_of::<AttachCmd>()),
-            0xc048_b503
-        );
         assert_eq!(send_done(1, 7, WcStatus::GeneralErr).len(), SEND_DONE_LEN);
     }
 
