@@ -52,6 +52,9 @@ pub(super) const MR_FAST: u32 = abi::URDMA_MR_FAST;
 pub(super) const MR_REGISTER: u32 = abi::URDMA_MR_REGISTER;
 pub(super) const MR_INVALIDATE: u32 = abi::URDMA_MR_INVALIDATE;
 pub(super) const MR_REMOVE: u32 = abi::URDMA_MR_REMOVE;
+// The keys of kernel MRs carry the module's tag, which the engine keeps
+// apart from the keys it gives.
+const _: () = assert!(crate::engine::KERNEL_KEY_TAG == abi::URDMA_KERNEL_KEY_TAG);
 /// Most SGEs of a kernel work request (`URDMA_MAX_SGE`).
 pub(super) const MAX_SGE: usize = 32;
 /// A receive's work request ID carries this bit, so its completion is told
