@@ -14,7 +14,6 @@
 #include <rdma/ib_verbs.h>
 #include "urdma_limits.h"
 
-#define URDMA_UVERBS_ABI_VERSION	1
 #define URDMA_GID_TABLE_LEN		32
 #define URDMA_KQP_MAX_SGE		4	/* per work request of the GSI QP */
 #define URDMA_MAX_FAST_REG_PAGES	512	/* pages of a fast-registration MR */

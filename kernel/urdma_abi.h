@@ -322,6 +322,12 @@ struct urdma_msg_qp_event {
 };
 
 /*
+ * The version of the uverbs driver data below (the abi_version of a urdma
+ * device's uverbs node), which the provider matches.
+ */
+#define URDMA_UVERBS_ABI_VERSION	1
+
+/*
  * Driver data of a user create_qp: the QP number the NIC gave the QP
  * (the kernel reports it as the QP's number).
  */

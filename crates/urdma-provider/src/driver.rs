@@ -11,6 +11,7 @@
 #![allow(non_camel_case_types, missing_docs)]
 
 use std::os::raw::{c_char, c_int, c_uint, c_void};
+use urdma_abi::{urdma_create_qp_cmd, urdma_create_resp, urdma_reg_mr_cmd};
 use urdma_verbs::sys::*;
 
 /// Length of the name fields of `verbs_sysfs_dev`.
@@ -249,14 +250,13 @@ pub struct ibv_create_cq {
 }
 
 /// `struct ib_uverbs_create_cq_resp` followed by urdma.ko's driver data
-/// (`struct urdma_create_resp`: the CQ's number).
+/// (the CQ's number).
 #[repr(C)]
 #[derive(Default)]
 pub struct CreateCqResp {
     pub cq_handle: u32,
     pub cqe: u32,
-    pub cq: u32,
-    pub reserved: u32,
+    pub drv: urdma_create_resp,
 }
 
 /// `struct ib_uverbs_alloc_pd_resp`.
@@ -267,25 +267,23 @@ pub struct ib_uverbs_alloc_pd_resp {
 }
 
 /// `struct ibv_create_qp` (header and the 56-byte core payload, which
-/// the library fills) followed by urdma.ko's driver data
-/// (`struct urdma_create_qp_cmd`: the NIC's QP number).
+/// the library fills) followed by urdma.ko's driver data (the NIC's QP
+/// number).
 #[repr(C)]
 #[derive(Default)]
 pub struct CreateQpCmd {
     pub base: [u64; 8],
-    pub qpn: u32,
-    pub reserved: u32,
+    pub drv: urdma_create_qp_cmd,
 }
 
 /// `struct ibv_reg_mr` (header and the 40-byte core payload, which the
-/// library fills) followed by urdma.ko's driver data (`struct
-/// urdma_reg_mr_cmd`: the NIC's keys of the region).
+/// library fills) followed by urdma.ko's driver data (the NIC's keys of
+/// the region).
 #[repr(C)]
 #[derive(Default)]
 pub struct RegMrCmd {
     pub base: [u64; 6],
-    pub lkey: u32,
-    pub rkey: u32,
+    pub drv: urdma_reg_mr_cmd,
 }
 
 /// `struct ib_uverbs_reg_mr_resp`, with no driver data.
@@ -298,13 +296,12 @@ pub struct ib_uverbs_reg_mr_resp {
 }
 
 /// `struct ib_uverbs_create_qp_resp` (32 bytes, which the library reads)
-/// followed by urdma.ko's driver data (`struct urdma_create_resp`).
+/// followed by urdma.ko's driver data (the QP's number).
 #[repr(C)]
 #[derive(Default)]
 pub struct CreateQpResp {
     pub base: [u32; 8],
-    pub qp: u32,
-    pub reserved: u32,
+    pub drv: urdma_create_resp,
 }
 
 /// `struct ibv_modify_qp`: header and the 112-byte core payload, which
@@ -324,7 +321,7 @@ pub struct ibv_create_srq {
 }
 
 /// `struct ib_uverbs_create_srq_resp` followed by urdma.ko's driver data
-/// (`struct urdma_create_resp`: the SRQ's number).
+/// (the SRQ's number).
 #[repr(C)]
 #[derive(Default)]
 pub struct CreateSrqResp {
@@ -332,8 +329,7 @@ pub struct CreateSrqResp {
     pub max_wr: u32,
     pub max_sge: u32,
     pub srqn: u32,
-    pub srq: u32,
-    pub reserved: u32,
+    pub drv: urdma_create_resp,
 }
 
 #[link(name = "ibverbs")]
@@ -536,8 +532,7 @@ mod tests {
         assert_eq!(size_of::<ibv_create_cq>(), 32);
         assert_eq!(offset_of!(ibv_create_cq, user_handle), 8);
         assert_eq!(offset_of!(ibv_create_cq, comp_channel), 24);
-        assert_eq!(size_of::<CreateCqResp>(), 16);
-        assert_eq!(offset_of!(CreateCqResp, cq), 8);
+        assert_eq!(offset_of!(CreateCqResp, drv), 8);
     }
 
     #[test]
@@ -548,17 +543,13 @@ mod tests {
         // create_srq 16).
         assert_eq!(size_of::<ibv_alloc_pd>(), 16);
         assert_eq!(size_of::<ib_uverbs_alloc_pd_resp>(), 4);
-        assert_eq!(offset_of!(CreateQpCmd, qpn), 64);
-        assert_eq!(size_of::<CreateQpCmd>(), 72);
-        assert_eq!(offset_of!(RegMrCmd, lkey), 48);
-        assert_eq!(size_of::<RegMrCmd>(), 56);
+        assert_eq!(offset_of!(CreateQpCmd, drv), 64);
+        assert_eq!(offset_of!(RegMrCmd, drv), 48);
         assert_eq!(size_of::<ib_uverbs_reg_mr_resp>(), 12);
-        assert_eq!(offset_of!(CreateQpResp, qp), 32);
-        assert_eq!(size_of::<CreateQpResp>(), 40);
+        assert_eq!(offset_of!(CreateQpResp, drv), 32);
         assert_eq!(size_of::<ibv_modify_qp>(), 120);
         assert_eq!(size_of::<ibv_create_srq>(), 40);
-        assert_eq!(offset_of!(CreateSrqResp, srq), 16);
-        assert_eq!(size_of::<CreateSrqResp>(), 24);
+        assert_eq!(offset_of!(CreateSrqResp, drv), 16);
     }
 
     #[test]

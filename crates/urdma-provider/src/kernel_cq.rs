@@ -96,7 +96,7 @@ unsafe fn create_in_kernel(
     let bound = Cq::from_ptr(cq).and_then(|q| {
         q.dev
             .device
-            .bind_cq_to_kernel(&q.cq, KernelObject { ibdev, id: resp.cq })
+            .bind_cq_to_kernel(&q.cq, KernelObject { ibdev, id: resp.drv.id })
             .map_err(|e| {
                 if !channel.is_null() {
                     eprintln!("urdma: a CQ with a completion channel needs the NIC to reach the kernel: {e}");

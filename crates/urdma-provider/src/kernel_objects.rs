@@ -13,6 +13,7 @@ use std::os::raw::{c_int, c_uint, c_void};
 use std::sync::{Mutex, MutexGuard};
 use urdma::nic::agent::Object;
 use urdma::nic::kernel::KernelObject;
+use urdma_abi::{urdma_create_qp_cmd, urdma_reg_mr_cmd};
 use urdma_verbs as v;
 use urdma_verbs::pd::Pd;
 use urdma_verbs::sys::*;
@@ -184,8 +185,7 @@ unsafe fn record_mr(mr: *mut verbs_mr) {
         return;
     }
     let mut cmd = RegMrCmd {
-        lkey,
-        rkey,
+        drv: urdma_reg_mr_cmd { lkey, rkey },
         ..RegMrCmd::default()
     };
     let mut resp = ib_uverbs_reg_mr_resp::default();
@@ -245,8 +245,11 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
         }
         let cap = a.cap;
         let mut cmd = CreateQpCmd {
-            // SAFETY: qp is the live QP just made.
-            qpn: unsafe { (*qp).qp_num },
+            drv: urdma_create_qp_cmd {
+                // SAFETY: qp is the live QP just made.
+                qpn: unsafe { (*qp).qp_num },
+                reserved: 0,
+            },
             ..CreateQpCmd::default()
         };
         let mut resp = CreateQpResp::default();
@@ -275,7 +278,7 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
         if let Ok(q) = v::qp::Qp::from_ptr(qp) {
             // SAFETY: qp is live; its context is the library's.
             let ibdev = unsafe { crate::ibdev_name((*qp).context) };
-            bind_events(&q.dev.device, Object::Qp(q.qpn), ibdev, resp.qp);
+            bind_events(&q.dev.device, Object::Qp(q.qpn), ibdev, resp.drv.id);
         }
         qp
     })
@@ -366,7 +369,7 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
         if let Ok(s) = v::srq::Srq::from_ptr(srq) {
             // SAFETY: srq is live; its context is the library's.
             let ibdev = unsafe { crate::ibdev_name((*srq).context) };
-            bind_events(&s.dev.device, Object::Srq(s.srqn), ibdev, resp.srq);
+            bind_events(&s.dev.device, Object::Srq(s.srqn), ibdev, resp.drv.id);
         }
         srq
     })

@@ -47,8 +47,9 @@ use urdma_verbs::gid::{first_roce_v2_ipv4, SysfsGids};
 use urdma_verbs::sys::*;
 use urdma_verbs::util::{errno, guard, set_errno, VResult};
 
-/// Kernel ABI version of urdma devices (`abi_version` of their uverbs node).
-pub const ABI_VERSION: u32 = 1;
+/// Kernel ABI version of urdma devices (`abi_version` of their uverbs
+/// node): `URDMA_UVERBS_ABI_VERSION`.
+pub const ABI_VERSION: u32 = urdma_abi::URDMA_UVERBS_ABI_VERSION;
 
 /// The library's name pattern for urdma devices.
 pub const NAME_PATTERN: &CStr = c"rdma_device:*Nurdma*";

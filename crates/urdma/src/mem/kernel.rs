@@ -5,6 +5,7 @@ use super::MemError;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
+use urdma_abi as abi;
 
 /// Memory of a kernel MR, reached through the kernel channel's
 /// `URDMA_IOC_DMA`: the kernel checks every access against the MR.
@@ -16,21 +17,10 @@ pub(super) struct KernelMem {
     pub(super) iova: u64,
 }
 
-/// `struct urdma_dma` of `kernel/urdma_abi.h`.
-#[repr(C)]
-struct DmaCmd {
-    iova: u64,
-    buf: u64,
-    len: u32,
-    key: u32,
-    write: u32,
-    reserved: u32,
-}
+nix::ioctl_write_ptr_bad!(ioc_dma, abi::URDMA_IOC_DMA, abi::urdma_dma);
 
-nix::ioctl_write_ptr!(ioc_dma, 0xb5, 4, DmaCmd);
-
-/// Most bytes one `URDMA_IOC_DMA` moves (`URDMA_DMA_MAX`).
-const DMA_MAX: usize = 1 << 20;
+/// Most bytes one `URDMA_IOC_DMA` moves.
+const DMA_MAX: usize = abi::URDMA_DMA_MAX as usize;
 
 impl KernelMem {
     /// Move `len` bytes at `offset` between the MR and `buf`.
@@ -44,7 +34,7 @@ impl KernelMem {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(DMA_MAX);
-            let cmd = DmaCmd {
+            let cmd = abi::urdma_dma {
                 iova: self.iova.wrapping_add((offset + done) as u64),
                 buf: buf as u64 + done as u64,
                 len: n as u32,

@@ -7,34 +7,18 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::raw::c_char;
 use std::sync::{Arc, OnceLock};
+use urdma_abi as abi;
 
 /// Path of the NIC file.
 pub const PATH: &str = "/dev/urdma";
 
-/// Room for a device name in a command (`URDMA_IBDEV_NAME_LEN`).
-const IBDEV_NAME_LEN: usize = 64;
+/// Room for a device name in a command.
+const IBDEV_NAME_LEN: usize = abi::URDMA_IBDEV_NAME_LEN as usize;
 
-/// `struct urdma_cq_event`.
-#[repr(C)]
-struct CqEventCmd {
-    ibdev: [u8; IBDEV_NAME_LEN],
-    cq: u32,
-    pid: u32,
-}
-
-/// `struct urdma_event`.
-#[repr(C)]
-struct EventCmd {
-    ibdev: [u8; IBDEV_NAME_LEN],
-    kind: u32,
-    obj: u32,
-    pid: u32,
-    reserved: u32,
-}
-
-nix::ioctl_write_ptr!(ioc_cq_event, 0xb5, 1, CqEventCmd);
-nix::ioctl_write_ptr!(ioc_event, 0xb5, 2, EventCmd);
+nix::ioctl_write_ptr_bad!(ioc_cq_event, abi::URDMA_IOC_CQ_EVENT, abi::urdma_cq_event);
+nix::ioctl_write_ptr_bad!(ioc_event, abi::URDMA_IOC_EVENT, abi::urdma_event);
 
 /// A kernel CQ, QP or SRQ that the NIC signals: its device and number.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -72,9 +56,9 @@ impl KernelNic {
     /// event, IBV_EVENT_CQ_ERR or an SRQ's event) on `obj`, an object of
     /// process `pid`.
     pub fn event(&self, obj: &KernelObject, kind: u32, pid: u32) -> io::Result<()> {
-        let cmd = EventCmd {
+        let cmd = abi::urdma_event {
             ibdev: ibdev_field(&obj.ibdev)?,
-            kind,
+            type_: kind,
             obj: obj.id,
             pid,
             reserved: 0,
@@ -109,8 +93,8 @@ pub fn cq_notifier(cq: KernelObject, pid: u32) -> io::Result<crate::cq::CqNotifi
     }))
 }
 
-fn cq_event_cmd(cq: &KernelObject, pid: u32) -> io::Result<CqEventCmd> {
-    Ok(CqEventCmd {
+fn cq_event_cmd(cq: &KernelObject, pid: u32) -> io::Result<abi::urdma_cq_event> {
+    Ok(abi::urdma_cq_event {
         ibdev: ibdev_field(&cq.ibdev)?,
         cq: cq.id,
         pid,
@@ -118,7 +102,7 @@ fn cq_event_cmd(cq: &KernelObject, pid: u32) -> io::Result<CqEventCmd> {
 }
 
 /// A device name as a command carries it: NUL-terminated, checked.
-fn ibdev_field(name: &str) -> io::Result<[u8; IBDEV_NAME_LEN]> {
+fn ibdev_field(name: &str) -> io::Result<[c_char; IBDEV_NAME_LEN]> {
     let bytes = name.as_bytes();
     if bytes.is_empty() || bytes.len() >= IBDEV_NAME_LEN || bytes.contains(&0) {
         return Err(io::Error::new(
@@ -126,8 +110,10 @@ fn ibdev_field(name: &str) -> io::Result<[u8; IBDEV_NAME_LEN]> {
             format!("bad kernel device name {name:?}"),
         ));
     }
-    let mut field = [0u8; IBDEV_NAME_LEN];
-    field[..bytes.len()].copy_from_slice(bytes);
+    let mut field = [0; IBDEV_NAME_LEN];
+    for (f, &b) in field.iter_mut().zip(bytes) {
+        *f = b as c_char;
+    }
     Ok(field)
 }
 
@@ -136,29 +122,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn command_layout_matches_the_module() {
-        assert_eq!(std::mem::size_of::<CqEventCmd>(), 72);
-        assert_eq!(std::mem::offset_of!(CqEventCmd, cq), 64);
-        assert_eq!(std::mem::offset_of!(CqEventCmd, pid), 68);
-        // _IOW(0xb5, 1, 72 bytes)
-        assert_eq!(
-            nix::request_code_write!(0xb5, 1, std::mem::size_of::<CqEventCmd>()),
-            0x4048_b501
-        );
-        assert_eq!(std::mem::size_of::<EventCmd>(), 80);
-        assert_eq!(std::mem::offset_of!(EventCmd, kind), 64);
-        assert_eq!(std::mem::offset_of!(EventCmd, obj), 68);
-        assert_eq!(std::mem::offset_of!(EventCmd, pid), 72);
-    }
-
-    #[test]
     fn device_names_are_checked() {
         let cq = |ibdev: &str| KernelObject {
             ibdev: ibdev.into(),
             id: 1,
         };
         let c = cq_event_cmd(&cq("urdma0"), 42).unwrap();
-        assert_eq!(&c.ibdev[..7], b"urdma0\0");
+        let name: Vec<u8> = c.ibdev[..7].iter().map(|&b| b as u8).collect();
+        assert_eq!(name, b"urdma0\0");
         assert_eq!((c.cq, c.pid), (1, 42));
         for bad in ["", "a\0b", &"x".repeat(64)] {
             assert!(cq_event_cmd(&cq(bad), 1).is_err(), "{bad:?}");

@@ -18,6 +18,7 @@ use crate::types::WcStatus;
 use crate::verbs::Gid;
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::mem::{offset_of, size_of};
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixDatagram;
@@ -25,40 +26,32 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use urdma_abi as abi;
+use urdma_abi::{urdma_msg_hdr, urdma_msg_send_done, urdma_msg_ud_recv, urdma_msg_ud_send};
 
 /// Message types (`enum urdma_msg_type`).
-const MSG_UD_SEND: u16 = 1;
-const MSG_SEND_DONE: u16 = 2;
-const MSG_UD_RECV: u16 = 3;
+const MSG_UD_SEND: u16 = abi::URDMA_MSG_UD_SEND as u16;
+const MSG_SEND_DONE: u16 = abi::URDMA_MSG_SEND_DONE as u16;
+const MSG_UD_RECV: u16 = abi::URDMA_MSG_UD_RECV as u16;
 /// Lengths of the fixed parts (`struct urdma_msg_*`).
-const HDR_LEN: usize = 8;
-const UD_SEND_LEN: usize = 72;
-const SEND_DONE_LEN: usize = 24;
-const UD_RECV_LEN: usize = 72;
+const HDR_LEN: usize = size_of::<urdma_msg_hdr>();
+const UD_SEND_LEN: usize = size_of::<urdma_msg_ud_send>();
+const SEND_DONE_LEN: usize = size_of::<urdma_msg_send_done>();
+const UD_RECV_LEN: usize = size_of::<urdma_msg_ud_recv>();
 /// Datagram flags (`URDMA_MSG_F_*`).
-const F_IMM: u16 = 1;
-const F_SOLICITED: u16 = 2;
-/// `URDMA_MSG_MAX_PAYLOAD`.
-const MAX_PAYLOAD: usize = 4096;
+const F_IMM: u16 = abi::URDMA_MSG_F_IMM as u16;
+const F_SOLICITED: u16 = abi::URDMA_MSG_F_SOLICITED as u16;
+/// The largest payload of a datagram.
+const MAX_PAYLOAD: usize = abi::URDMA_MSG_MAX_PAYLOAD as usize;
 /// `enum rdma_network_type`.
 const RDMA_NETWORK_IPV4: u32 = 2;
 const RDMA_NETWORK_IPV6: u32 = 3;
-/// Room for a device name (`URDMA_IBDEV_NAME_LEN`).
-const IBDEV_NAME_LEN: usize = 64;
 /// Bytes read at once: the kernel's largest write is far below.
 const READ_BUF: usize = 256 << 10;
 /// How often the reader looks at its stop flag.
 const STOP_POLL: Duration = Duration::from_millis(200);
 
-/// `struct urdma_attach`.
-#[repr(C)]
-struct AttachCmd {
-    ifindex: u32,
-    reserved: u32,
-    ibdev: [u8; IBDEV_NAME_LEN],
-}
-
-nix::ioctl_readwrite!(ioc_attach, 0xb5, 3, AttachCmd);
+nix::ioctl_readwrite_bad!(ioc_attach, abi::URDMA_IOC_ATTACH, abi::urdma_attach);
 
 /// A malformed message from the kernel.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -125,6 +118,11 @@ pub(super) fn gid_at(b: &[u8], at: usize) -> Gid {
     Gid(raw)
 }
 
+/// Write `v` at byte `at` of a message being built.
+pub(super) fn put(m: &mut [u8], at: usize, v: &[u8]) {
+    m[at..at + v.len()].copy_from_slice(v);
+}
+
 /// Parse what one read returned: whole messages.
 pub fn parse_messages(buf: &[u8]) -> Result<Vec<KernelMessage>, BadMessage> {
     let mut out = Vec::new();
@@ -135,7 +133,8 @@ pub fn parse_messages(buf: &[u8]) -> Result<Vec<KernelMessage>, BadMessage> {
         if m.len() < HDR_LEN {
             return Err(bad("truncated header"));
         }
-        let (kind, len) = (u16_at(m, 0), usize::from(u16_at(m, 2)));
+        let kind = u16_at(m, offset_of!(urdma_msg_hdr, type_));
+        let len = usize::from(u16_at(m, offset_of!(urdma_msg_hdr, len)));
         if len < HDR_LEN || len % 8 != 0 || len > m.len() {
             return Err(bad("bad length"));
         }
@@ -147,20 +146,21 @@ pub fn parse_messages(buf: &[u8]) -> Result<Vec<KernelMessage>, BadMessage> {
         if len < UD_SEND_LEN {
             return Err(bad("short UD send"));
         }
-        let plen = u32_at(m, 68) as usize;
+        let plen = u32_at(m, offset_of!(urdma_msg_ud_send, length)) as usize;
         if plen > MAX_PAYLOAD || UD_SEND_LEN + plen > len {
             return Err(bad("bad payload length"));
         }
-        let flags = u16_at(m, 62);
+        let flags = u16_at(m, offset_of!(urdma_msg_ud_send, flags));
+        // The kernel keeps immediate data in network order.
+        let imm = u32::from_be(u32_at(m, offset_of!(urdma_msg_ud_send, imm)));
         out.push(KernelMessage::UdSend(UdSend {
-            qpn: u32_at(m, 4),
-            handle: u64_at(m, 8),
-            sgid: gid_at(m, 16),
-            dgid: gid_at(m, 32),
-            dest_qpn: u32_at(m, 48),
-            qkey: u32_at(m, 52),
-            // The kernel keeps immediate data in network order.
-            imm: (flags & F_IMM != 0).then(|| u32::from_be_bytes(m[64..68].try_into().expect("4"))),
+            qpn: u32_at(m, offset_of!(urdma_msg_hdr, qpn)),
+            handle: u64_at(m, offset_of!(urdma_msg_ud_send, handle)),
+            sgid: gid_at(m, offset_of!(urdma_msg_ud_send, sgid)),
+            dgid: gid_at(m, offset_of!(urdma_msg_ud_send, dgid)),
+            dest_qpn: u32_at(m, offset_of!(urdma_msg_ud_send, dest_qpn)),
+            qkey: u32_at(m, offset_of!(urdma_msg_ud_send, qkey)),
+            imm: (flags & F_IMM != 0).then_some(imm),
             solicited: flags & F_SOLICITED != 0,
             payload: m[UD_SEND_LEN..UD_SEND_LEN + plen].to_vec(),
         }));
@@ -169,44 +169,52 @@ pub fn parse_messages(buf: &[u8]) -> Result<Vec<KernelMessage>, BadMessage> {
     Ok(out)
 }
 
+/// A message of type `kind` and `len` bytes for `qpn`: its header, then
+/// zeroes.
 pub(super) fn header(kind: u16, len: usize, qpn: u32) -> Vec<u8> {
-    let mut m = Vec::with_capacity(len);
-    m.extend_from_slice(&kind.to_ne_bytes());
-    m.extend_from_slice(&(len as u16).to_ne_bytes());
-    m.extend_from_slice(&qpn.to_ne_bytes());
+    type H = urdma_msg_hdr;
+    let mut m = vec![0; len];
+    put(&mut m, offset_of!(H, type_), &kind.to_ne_bytes());
+    put(&mut m, offset_of!(H, len), &(len as u16).to_ne_bytes());
+    put(&mut m, offset_of!(H, qpn), &qpn.to_ne_bytes());
     m
 }
 
 /// `struct urdma_msg_send_done`: the sends of `qpn` up to `handle` are
 /// done, `handle`'s with `status`.
 pub fn send_done(qpn: u32, handle: u64, status: WcStatus) -> Vec<u8> {
+    type M = urdma_msg_send_done;
     let mut m = header(MSG_SEND_DONE, SEND_DONE_LEN, qpn);
-    m.extend_from_slice(&handle.to_ne_bytes());
-    m.extend_from_slice(&(status as u32).to_ne_bytes());
-    m.extend_from_slice(&0u32.to_ne_bytes());
+    put(&mut m, offset_of!(M, handle), &handle.to_ne_bytes());
+    let status = status as u32;
+    put(&mut m, offset_of!(M, status), &status.to_ne_bytes());
     m
 }
 
 /// `struct urdma_msg_ud_recv`: `d` for kernel QP `qpn`.
 pub fn ud_recv(qpn: u32, d: &GsiDatagram) -> Vec<u8> {
+    type M = urdma_msg_ud_recv;
     let len = (UD_RECV_LEN + d.payload.len()).next_multiple_of(8);
     let mut m = header(MSG_UD_RECV, len, qpn);
-    m.extend_from_slice(&d.grh);
-    m.extend_from_slice(&d.src_qpn.to_ne_bytes());
+    put(&mut m, offset_of!(M, grh), &d.grh);
+    put(&mut m, offset_of!(M, src_qpn), &d.src_qpn.to_ne_bytes());
     let net = if d.ipv6 {
         RDMA_NETWORK_IPV6
     } else {
         RDMA_NETWORK_IPV4
     };
-    m.extend_from_slice(&net.to_ne_bytes());
+    put(&mut m, offset_of!(M, network_hdr_type), &net.to_ne_bytes());
     let flags = if d.imm.is_some() { F_IMM } else { 0 } | if d.solicited { F_SOLICITED } else { 0 };
-    m.extend_from_slice(&flags.to_ne_bytes());
-    m.extend_from_slice(&0u16.to_ne_bytes());
-    m.extend_from_slice(&d.imm.unwrap_or(0).to_be_bytes());
-    m.extend_from_slice(&(d.payload.len() as u32).to_ne_bytes());
-    m.extend_from_slice(&d.qkey.to_ne_bytes());
-    m.extend_from_slice(&d.payload);
-    m.resize(len, 0);
+    put(&mut m, offset_of!(M, flags), &flags.to_ne_bytes());
+    put(
+        &mut m,
+        offset_of!(M, imm),
+        &d.imm.unwrap_or(0).to_be_bytes(),
+    );
+    let plen = d.payload.len() as u32;
+    put(&mut m, offset_of!(M, length), &plen.to_ne_bytes());
+    put(&mut m, offset_of!(M, qkey), &d.qkey.to_ne_bytes());
+    put(&mut m, UD_RECV_LEN, &d.payload);
     m
 }
 
@@ -260,10 +268,9 @@ impl KernelChannel {
                 return Ok(None);
             }
         };
-        let mut cmd = AttachCmd {
+        let mut cmd = abi::urdma_attach {
             ifindex,
-            reserved: 0,
-            ibdev: [0; IBDEV_NAME_LEN],
+            ..Default::default()
         };
         // SAFETY: the command is a live, fully initialised struct of the
         // layout the ioctl number encodes; the kernel reads and writes it.
@@ -276,12 +283,13 @@ impl KernelChannel {
             }
             Err(e) => return Err(e.into()),
         }
-        let end = cmd
+        let name: Vec<u8> = cmd
             .ibdev
             .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(IBDEV_NAME_LEN);
-        let ibdev = String::from_utf8_lossy(&cmd.ibdev[..end]).into_owned();
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        let ibdev = String::from_utf8_lossy(&name).into_owned();
         let file = Arc::new(file);
         let writer = file.clone();
         driver.set_kernel_gsi_sink(Some(Box::new(move |datagrams| {
@@ -458,31 +466,33 @@ mod tests {
     use super::*;
 
     fn ud_send_bytes(handle: u64, payload: &[u8], flags: u16) -> Vec<u8> {
+        type M = urdma_msg_ud_send;
         let len = (UD_SEND_LEN + payload.len()).next_multiple_of(8);
         let mut m = header(MSG_UD_SEND, len, 1);
-        m.extend_from_slice(&handle.to_ne_bytes());
-        m.extend_from_slice(&Gid::from_ip("169.254.0.1".parse().unwrap()).0);
-        m.extend_from_slice(&Gid::from_ip("169.254.0.2".parse().unwrap()).0);
-        m.extend_from_slice(&1u32.to_ne_bytes());
-        m.extend_from_slice(&0x8001_0000u32.to_ne_bytes());
-        m.extend_from_slice(&0u32.to_ne_bytes());
-        m.extend_from_slice(&[64, 0]);
-        m.extend_from_slice(&flags.to_ne_bytes());
-        m.extend_from_slice(&0xdead_beefu32.to_be_bytes());
-        m.extend_from_slice(&(payload.len() as u32).to_ne_bytes());
-        m.extend_from_slice(payload);
-        m.resize(len, 0);
+        let sgid = Gid::from_ip("169.254.0.1".parse().unwrap());
+        let dgid = Gid::from_ip("169.254.0.2".parse().unwrap());
+        put(&mut m, offset_of!(M, handle), &handle.to_ne_bytes());
+        put(&mut m, offset_of!(M, sgid), &sgid.0);
+        put(&mut m, offset_of!(M, dgid), &dgid.0);
+        put(&mut m, offset_of!(M, dest_qpn), &1u32.to_ne_bytes());
+        put(&mut m, offset_of!(M, qkey), &0x8001_0000u32.to_ne_bytes());
+        m[offset_of!(M, hop_limit)] = 64;
+        put(&mut m, offset_of!(M, flags), &flags.to_ne_bytes());
+        put(&mut m, offset_of!(M, imm), &0xdead_beefu32.to_be_bytes());
+        let plen = payload.len() as u32;
+        put(&mut m, offset_of!(M, length), &plen.to_ne_bytes());
+        put(&mut m, UD_SEND_LEN, payload);
         m
     }
 
     #[test]
-    fn layouts_match_the_module() {
-        assert_eq!(std::mem::size_of::<AttachCmd>(), 72);
-        assert_eq!(
-            nix::request_code_readwrite!(0xb5, 3, std::mem::size_of::<AttachCmd>()),
-            0xc048_b503
-        );
-        assert_eq!(send_done(1, 7, WcStatus::GeneralErr).len(), SEND_DONE_LEN);
+    fn sends_done_have_the_module_layout() {
+        let m = send_done(1, 7, WcStatus::GeneralErr);
+        assert_eq!(m.len(), SEND_DONE_LEN);
+        assert_eq!(u16_at(&m, 0), MSG_SEND_DONE);
+        assert_eq!(u64_at(&m, offset_of!(urdma_msg_send_done, handle)), 7);
+        let status = u32_at(&m, offset_of!(urdma_msg_send_done, status));
+        assert_eq!(status, WcStatus::GeneralErr as u32);
     }
 
     #[test]
@@ -513,13 +523,14 @@ mod tests {
         let good = ud_send_bytes(5, &[1, 2, 3], 0);
         assert!(parse_messages(&good[..good.len() - 8]).is_err());
         let mut bad_len = good.clone();
-        bad_len[2] = 13;
+        bad_len[offset_of!(urdma_msg_hdr, len)] = 13;
         assert!(parse_messages(&bad_len).is_err());
         let mut bad_type = good.clone();
-        bad_type[0] = 9;
+        bad_type[offset_of!(urdma_msg_hdr, type_)] = 9;
         assert!(parse_messages(&bad_type).is_err());
         let mut long_payload = good.clone();
-        long_payload[68..72].copy_from_slice(&5000u32.to_ne_bytes());
+        let length = offset_of!(urdma_msg_ud_send, length);
+        put(&mut long_payload, length, &5000u32.to_ne_bytes());
         assert!(parse_messages(&long_payload).is_err());
         assert!(parse_messages(&good[..4]).is_err());
         assert_eq!(parse_messages(&[]).unwrap(), []);
@@ -540,12 +551,16 @@ mod tests {
         assert_eq!(m.len(), UD_RECV_LEN + 256);
         assert_eq!(u16_at(&m, 0), MSG_UD_RECV);
         assert_eq!(usize::from(u16_at(&m, 2)), m.len());
-        assert_eq!(&m[8..48], &[7; 40]);
-        assert_eq!(u32_at(&m, 48), 1);
-        assert_eq!(u32_at(&m, 52), RDMA_NETWORK_IPV4);
-        assert_eq!(u32_at(&m, 64), 256);
-        assert_eq!(u32_at(&m, 68), 0x8001_0000);
-        assert_eq!(&m[72..], &[0xaa; 256]);
+        type M = urdma_msg_ud_recv;
+        assert_eq!(&m[offset_of!(M, grh)..][..40], &[7; 40]);
+        assert_eq!(u32_at(&m, offset_of!(M, src_qpn)), 1);
+        assert_eq!(
+            u32_at(&m, offset_of!(M, network_hdr_type)),
+            RDMA_NETWORK_IPV4
+        );
+        assert_eq!(u32_at(&m, offset_of!(M, length)), 256);
+        assert_eq!(u32_at(&m, offset_of!(M, qkey)), 0x8001_0000);
+        assert_eq!(&m[UD_RECV_LEN..], &[0xaa; 256]);
         let odd = ud_recv(
             1,
             &GsiDatagram {

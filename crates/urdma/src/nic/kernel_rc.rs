@@ -8,7 +8,6 @@
 
 mod wire;
 
-use super::kernel_chan::header;
 use crate::cq::CqShared;
 use crate::engine::command::{
     AllocPd, CreateQp, DeallocPd, DeregMr, DestroyQp, ModifyQp, PostRecv, PostSend,
@@ -49,9 +48,7 @@ impl KernelQps {
         let (Some(chan), true) = (&g.0, g.1.contains(&ev.object)) else {
             return false;
         };
-        let mut m = header(MSG_QP_EVENT, 16, ev.object);
-        m.extend_from_slice(&(ev.kind as u32).to_ne_bytes());
-        m.extend_from_slice(&0u32.to_ne_bytes());
+        let m = qp_event(ev.object, ev.kind as u32);
         if let Err(e) = (&**chan).write_all(&m) {
             tracing::debug!(?ev, error = %e, "kernel QP event lost");
         }

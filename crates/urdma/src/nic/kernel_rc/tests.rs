@@ -2,22 +2,27 @@
 
 use super::*;
 use crate::engine::SgEntry;
-use crate::nic::kernel_chan::{u16_at, u32_at};
+use crate::nic::kernel_chan::{header, put, u16_at, u32_at};
 use crate::verbs::Gid;
+use std::mem::offset_of;
+use urdma_abi::{urdma_msg_post, urdma_msg_reply, urdma_msg_request, urdma_msg_sge, urdma_msg_wc};
 
 fn post_bytes(seq: u32, flags: u16, opcode: u8, sges: &[(u64, u32, u32)]) -> Vec<u8> {
+    type M = urdma_msg_post;
+    type S = urdma_msg_sge;
     let mut m = header(MSG_POST, POST_LEN + sges.len() * SGE_LEN, 0x123);
-    m.extend_from_slice(&seq.to_ne_bytes());
-    m.extend_from_slice(&flags.to_ne_bytes());
-    m.push(opcode);
-    m.push(sges.len() as u8);
-    m.extend_from_slice(&0x1000u64.to_ne_bytes());
-    m.extend_from_slice(&0xfe00_0105u32.to_ne_bytes());
-    m.extend_from_slice(&7u32.to_ne_bytes());
-    for &(a, l, k) in sges {
-        m.extend_from_slice(&a.to_ne_bytes());
-        m.extend_from_slice(&l.to_ne_bytes());
-        m.extend_from_slice(&k.to_ne_bytes());
+    put(&mut m, offset_of!(M, seq), &seq.to_ne_bytes());
+    put(&mut m, offset_of!(M, flags), &flags.to_ne_bytes());
+    m[offset_of!(M, opcode)] = opcode;
+    m[offset_of!(M, num_sge)] = sges.len() as u8;
+    put(&mut m, offset_of!(M, remote_addr), &0x1000u64.to_ne_bytes());
+    put(&mut m, offset_of!(M, rkey), &0xfe00_0105u32.to_ne_bytes());
+    put(&mut m, offset_of!(M, ex), &7u32.to_ne_bytes());
+    for (i, &(a, l, k)) in sges.iter().enumerate() {
+        let at = offset_of!(M, sge) + i * SGE_LEN;
+        put(&mut m, at + offset_of!(S, addr), &a.to_ne_bytes());
+        put(&mut m, at + offset_of!(S, length), &l.to_ne_bytes());
+        put(&mut m, at + offset_of!(S, lkey), &k.to_ne_bytes());
     }
     m
 }
@@ -51,9 +56,10 @@ fn work_requests_parse_field_by_field() {
 #[test]
 fn malformed_kernel_messages_are_refused() {
     let mut m = post_bytes(1, POST_RECV, 0, &[(0, 1, 2)]);
-    m[15] = 2;
+    let num_sge = offset_of!(urdma_msg_post, num_sge);
+    m[num_sge] = 2;
     assert!(parse(MSG_POST, &m, 0).is_err());
-    m[15] = 200;
+    m[num_sge] = 200;
     assert!(parse(MSG_POST, &m, 0).is_err());
     assert!(parse(MSG_REQUEST, &m[..40], 0).is_err());
     assert!(parse(MSG_MR, &m[..16], 0).is_err());
@@ -62,15 +68,16 @@ fn malformed_kernel_messages_are_refused() {
 
 #[test]
 fn requests_carry_the_path_and_the_attributes() {
-    let mut m = header(MSG_REQUEST, 104, 0x55);
-    m.resize(104, 0);
-    m[8..12].copy_from_slice(&3u32.to_ne_bytes());
-    m[12..16].copy_from_slice(&REQ_MODIFY_QP.to_ne_bytes());
-    m[40..44].copy_from_slice(&2u32.to_ne_bytes());
-    m[48..52].copy_from_slice(&5u32.to_ne_bytes());
-    m[64..68].copy_from_slice(&0x77u32.to_ne_bytes());
-    m[76] = 4;
-    m[84..100].copy_from_slice(&Gid::from_ip("169.254.0.9".parse().unwrap()).0);
+    type M = urdma_msg_request;
+    let mut m = header(MSG_REQUEST, REQUEST_LEN.next_multiple_of(8), 0x55);
+    put(&mut m, offset_of!(M, seq), &3u32.to_ne_bytes());
+    put(&mut m, offset_of!(M, op), &REQ_MODIFY_QP.to_ne_bytes());
+    put(&mut m, offset_of!(M, qp_state), &2u32.to_ne_bytes());
+    put(&mut m, offset_of!(M, path_mtu), &5u32.to_ne_bytes());
+    put(&mut m, offset_of!(M, dest_qp_num), &0x77u32.to_ne_bytes());
+    m[offset_of!(M, max_rd_atomic)] = 4;
+    let gid = Gid::from_ip("169.254.0.9".parse().unwrap());
+    put(&mut m, offset_of!(M, dgid), &gid.0);
     let RcMessage::Request(r) = parse(MSG_REQUEST, &m, 0).unwrap() else {
         panic!("not a request")
     };
@@ -98,18 +105,30 @@ fn completions_and_replies_have_the_module_layout() {
         WC_INV,
     );
     assert_eq!(w.len(), WC_LEN);
+    type W = urdma_msg_wc;
     assert_eq!(
-        (u16_at(&w, 0), u32_at(&w, 8), u32_at(&w, 12)),
+        (
+            u16_at(&w, 0),
+            u32_at(&w, offset_of!(W, seq)),
+            u32_at(&w, offset_of!(W, recv))
+        ),
         (MSG_WC, 6, 1)
     );
     assert_eq!(
-        (u32_at(&w, 20), u32_at(&w, 24), u32_at(&w, 32)),
+        (
+            u32_at(&w, offset_of!(W, opcode)),
+            u32_at(&w, offset_of!(W, byte_len)),
+            u32_at(&w, offset_of!(W, ex))
+        ),
         (128, 100, 9)
     );
     let r = reply(5, 6, libc::EINVAL, 0);
     assert_eq!(r.len(), REPLY_LEN);
     assert_eq!(
-        (u16_at(&r, 0), u32_at(&r, 12)),
+        (
+            u16_at(&r, 0),
+            u32_at(&r, offset_of!(urdma_msg_reply, status))
+        ),
         (MSG_REPLY, libc::EINVAL as u32)
     );
 }

@@ -1,49 +1,60 @@
-//! The kernel channel's RC messages (`kernel/urdma_abi.h`): their types
-//! and constants, parsing of the kernel's requests, posts and MR notes, and
-//! the layout of replies and completions.
+//! The kernel channel's RC messages (`kernel/urdma_abi.h`, generated in
+//! `urdma_abi`): their types and constants, parsing of the kernel's
+//! requests, posts and MR notes, and the layout of replies and
+//! completions.
 
 use crate::engine::SgEntry;
-use crate::nic::kernel_chan::{gid_at, header, u16_at, u32_at, u64_at, BadMessage};
+use crate::nic::kernel_chan::{gid_at, header, put, u16_at, u32_at, u64_at, BadMessage};
 use crate::types::{AccessFlags, Mtu, QpState, WcOpcode, WcStatus};
 use crate::verbs::{QpAttr, QpCap};
+use std::mem::{offset_of, size_of};
+use urdma_abi as abi;
+use urdma_abi::{
+    urdma_msg_hdr, urdma_msg_mr, urdma_msg_post, urdma_msg_qp_event, urdma_msg_reply,
+    urdma_msg_request, urdma_msg_sge, urdma_msg_wc,
+};
 
 /// Message types (`enum urdma_msg_type`).
-pub const MSG_REQUEST: u16 = 4;
-pub(super) const MSG_REPLY: u16 = 5;
-pub const MSG_POST: u16 = 6;
-pub(super) const MSG_WC: u16 = 7;
-pub const MSG_MR: u16 = 8;
-pub(super) const MSG_QP_EVENT: u16 = 9;
+pub const MSG_REQUEST: u16 = abi::URDMA_MSG_REQUEST as u16;
+pub(super) const MSG_REPLY: u16 = abi::URDMA_MSG_REPLY as u16;
+pub const MSG_POST: u16 = abi::URDMA_MSG_POST as u16;
+pub(super) const MSG_WC: u16 = abi::URDMA_MSG_WC as u16;
+pub const MSG_MR: u16 = abi::URDMA_MSG_MR as u16;
+pub(super) const MSG_QP_EVENT: u16 = abi::URDMA_MSG_QP_EVENT as u16;
 /// Lengths of the fixed parts.
-pub(super) const REQUEST_LEN: usize = 100;
-pub(super) const REPLY_LEN: usize = 24;
-pub(super) const POST_LEN: usize = 32;
-pub(super) const SGE_LEN: usize = 16;
-pub(super) const WC_LEN: usize = 40;
-pub(super) const MR_LEN: usize = 40;
+pub(super) const REQUEST_LEN: usize = size_of::<urdma_msg_request>();
+pub(super) const REPLY_LEN: usize = size_of::<urdma_msg_reply>();
+pub(super) const POST_LEN: usize = size_of::<urdma_msg_post>();
+pub(super) const SGE_LEN: usize = size_of::<urdma_msg_sge>();
+pub(super) const WC_LEN: usize = size_of::<urdma_msg_wc>();
+pub(super) const MR_LEN: usize = size_of::<urdma_msg_mr>();
+pub(super) const QP_EVENT_LEN: usize = size_of::<urdma_msg_qp_event>();
 /// `enum urdma_request_op`.
-pub(super) const REQ_CREATE_QP: u32 = 1;
-pub(super) const REQ_MODIFY_QP: u32 = 2;
-pub(super) const REQ_DESTROY_QP: u32 = 3;
+pub(super) const REQ_CREATE_QP: u32 = abi::URDMA_REQ_CREATE_QP;
+pub(super) const REQ_MODIFY_QP: u32 = abi::URDMA_REQ_MODIFY_QP;
+pub(super) const REQ_DESTROY_QP: u32 = abi::URDMA_REQ_DESTROY_QP;
 /// `enum urdma_post_op`.
-pub(super) const OP_SEND: u8 = 0;
-pub(super) const OP_SEND_IMM: u8 = 1;
-pub(super) const OP_SEND_INV: u8 = 2;
-pub(super) const OP_WRITE: u8 = 3;
-pub(super) const OP_WRITE_IMM: u8 = 4;
-pub(super) const OP_READ: u8 = 5;
+pub(super) const OP_SEND: u8 = abi::URDMA_OP_SEND as u8;
+pub(super) const OP_SEND_IMM: u8 = abi::URDMA_OP_SEND_IMM as u8;
+pub(super) const OP_SEND_INV: u8 = abi::URDMA_OP_SEND_INV as u8;
+pub(super) const OP_WRITE: u8 = abi::URDMA_OP_WRITE as u8;
+pub(super) const OP_WRITE_IMM: u8 = abi::URDMA_OP_WRITE_IMM as u8;
+pub(super) const OP_READ: u8 = abi::URDMA_OP_READ as u8;
 /// `URDMA_POST_*`.
-pub(super) const POST_RECV: u16 = 1;
-pub(super) const POST_SOLICITED: u16 = 2;
+pub(super) const POST_RECV: u16 = abi::URDMA_POST_RECV as u16;
+pub(super) const POST_SOLICITED: u16 = abi::URDMA_POST_SOLICITED as u16;
 /// `URDMA_WC_*`.
-pub(super) const WC_IMM: u32 = 1;
-pub(super) const WC_INV: u32 = 2;
+pub(super) const WC_IMM: u32 = abi::URDMA_WC_IMM;
+pub(super) const WC_INV: u32 = abi::URDMA_WC_INV;
 /// `enum urdma_mr_op`.
-pub(super) const MR_DMA: u32 = 1;
-pub(super) const MR_FAST: u32 = 2;
-pub(super) const MR_REGISTER: u32 = 3;
-pub(super) const MR_INVALIDATE: u32 = 4;
-pub(super) const MR_REMOVE: u32 = 5;
+pub(super) const MR_DMA: u32 = abi::URDMA_MR_DMA;
+pub(super) const MR_FAST: u32 = abi::URDMA_MR_FAST;
+pub(super) const MR_REGISTER: u32 = abi::URDMA_MR_REGISTER;
+pub(super) const MR_INVALIDATE: u32 = abi::URDMA_MR_INVALIDATE;
+pub(super) const MR_REMOVE: u32 = abi::URDMA_MR_REMOVE;
+// The keys of kernel MRs carry the module's tag, which the engine keeps
+// apart from the keys it gives.
+const _: () = assert!(crate::engine::KERNEL_KEY_TAG == abi::URDMA_KERNEL_KEY_TAG);
 /// Most SGEs of a kernel work request (`URDMA_MAX_SGE`).
 pub(super) const MAX_SGE: usize = 32;
 /// A receive's work request ID carries this bit, so its completion is told
@@ -108,96 +119,101 @@ pub enum RcMessage {
 /// against the header by the caller).
 pub fn parse(kind: u16, m: &[u8], at: usize) -> Result<RcMessage, BadMessage> {
     let bad = |why| BadMessage::new(at, why);
-    let qpn = u32_at(m, 4);
+    let qpn = u32_at(m, offset_of!(urdma_msg_hdr, qpn));
     match kind {
         MSG_REQUEST => {
+            type M = urdma_msg_request;
             if m.len() < REQUEST_LEN {
                 return Err(bad("short request"));
             }
-            let state = |at| QpState::from_raw(u32_at(m, at)).unwrap_or(QpState::Reset);
+            let u32_of = |at| u32_at(m, at);
+            let state = |at| QpState::from_raw(u32_of(at)).unwrap_or(QpState::Reset);
             let attr = QpAttr {
-                qp_state: state(40),
-                cur_qp_state: state(44),
-                path_mtu: Mtu::from_raw(u32_at(m, 48)).unwrap_or(Mtu::Mtu1024),
-                qkey: u32_at(m, 52),
-                rq_psn: u32_at(m, 56),
-                sq_psn: u32_at(m, 60),
-                dest_qp_num: u32_at(m, 64),
-                qp_access_flags: AccessFlags::from_bits_truncate(u32_at(m, 68)),
-                max_rd_atomic: m[76],
-                max_dest_rd_atomic: m[77],
-                min_rnr_timer: m[78],
-                timeout: m[79],
-                retry_cnt: m[80],
-                rnr_retry: m[81],
+                qp_state: state(offset_of!(M, qp_state)),
+                cur_qp_state: state(offset_of!(M, cur_qp_state)),
+                path_mtu: Mtu::from_raw(u32_of(offset_of!(M, path_mtu))).unwrap_or(Mtu::Mtu1024),
+                qkey: u32_of(offset_of!(M, qkey)),
+                rq_psn: u32_of(offset_of!(M, rq_psn)),
+                sq_psn: u32_of(offset_of!(M, sq_psn)),
+                dest_qp_num: u32_of(offset_of!(M, dest_qp_num)),
+                qp_access_flags: AccessFlags::from_bits_truncate(u32_of(offset_of!(M, access))),
+                max_rd_atomic: m[offset_of!(M, max_rd_atomic)],
+                max_dest_rd_atomic: m[offset_of!(M, max_dest_rd_atomic)],
+                min_rnr_timer: m[offset_of!(M, min_rnr_timer)],
+                timeout: m[offset_of!(M, timeout)],
+                retry_cnt: m[offset_of!(M, retry_cnt)],
+                rnr_retry: m[offset_of!(M, rnr_retry)],
                 ..QpAttr::default()
             };
             let mut attr = attr;
-            attr.ah_attr.dgid = gid_at(m, 84);
-            attr.ah_attr.flow_label = u32_at(m, 72);
-            attr.ah_attr.hop_limit = m[82];
-            attr.ah_attr.traffic_class = m[83];
+            attr.ah_attr.dgid = gid_at(m, offset_of!(M, dgid));
+            attr.ah_attr.flow_label = u32_of(offset_of!(M, flow_label));
+            attr.ah_attr.hop_limit = m[offset_of!(M, hop_limit)];
+            attr.ah_attr.traffic_class = m[offset_of!(M, traffic_class)];
             Ok(RcMessage::Request(Request {
                 qpn,
-                seq: u32_at(m, 8),
-                op: u32_at(m, 12),
-                pd: u32_at(m, 16),
+                seq: u32_of(offset_of!(M, seq)),
+                op: u32_of(offset_of!(M, op)),
+                pd: u32_of(offset_of!(M, pd)),
                 cap: QpCap {
-                    max_send_wr: u32_at(m, 20),
-                    max_recv_wr: u32_at(m, 24),
-                    max_send_sge: u32_at(m, 28),
-                    max_recv_sge: u32_at(m, 32),
+                    max_send_wr: u32_of(offset_of!(M, max_send_wr)),
+                    max_recv_wr: u32_of(offset_of!(M, max_recv_wr)),
+                    max_send_sge: u32_of(offset_of!(M, max_send_sge)),
+                    max_recv_sge: u32_of(offset_of!(M, max_recv_sge)),
                     max_inline_data: 0,
                 },
-                mask: u32_at(m, 36),
+                mask: u32_of(offset_of!(M, mask)),
                 attr,
-                raw_state: u32_at(m, 40),
-                raw_cur_state: u32_at(m, 44),
-                raw_mtu: u32_at(m, 48),
+                raw_state: u32_of(offset_of!(M, qp_state)),
+                raw_cur_state: u32_of(offset_of!(M, cur_qp_state)),
+                raw_mtu: u32_of(offset_of!(M, path_mtu)),
             }))
         }
         MSG_POST => {
+            type M = urdma_msg_post;
+            type S = urdma_msg_sge;
             if m.len() < POST_LEN {
                 return Err(bad("short work request"));
             }
-            let n = usize::from(m[15]);
+            let n = usize::from(m[offset_of!(M, num_sge)]);
             if n > MAX_SGE || POST_LEN + n * SGE_LEN > m.len() {
                 return Err(bad("bad SGE count"));
             }
-            let flags = u16_at(m, 12);
+            let flags = u16_at(m, offset_of!(M, flags));
             let sges = (0..n)
                 .map(|i| {
-                    let at = POST_LEN + i * SGE_LEN;
+                    let at = offset_of!(M, sge) + i * SGE_LEN;
                     SgEntry {
-                        addr: u64_at(m, at),
-                        length: u32_at(m, at + 8),
-                        lkey: u32_at(m, at + 12),
+                        addr: u64_at(m, at + offset_of!(S, addr)),
+                        length: u32_at(m, at + offset_of!(S, length)),
+                        lkey: u32_at(m, at + offset_of!(S, lkey)),
                     }
                 })
                 .collect();
             Ok(RcMessage::Post(Post {
                 qpn,
-                seq: u32_at(m, 8),
+                seq: u32_at(m, offset_of!(M, seq)),
                 recv: flags & POST_RECV != 0,
                 solicited: flags & POST_SOLICITED != 0,
-                opcode: m[14],
-                remote_addr: u64_at(m, 16),
-                rkey: u32_at(m, 24),
-                ex: u32_at(m, 28),
+                opcode: m[offset_of!(M, opcode)],
+                remote_addr: u64_at(m, offset_of!(M, remote_addr)),
+                rkey: u32_at(m, offset_of!(M, rkey)),
+                ex: u32_at(m, offset_of!(M, ex)),
                 sges,
             }))
         }
         MSG_MR => {
+            type M = urdma_msg_mr;
             if m.len() < MR_LEN {
                 return Err(bad("short MR message"));
             }
             Ok(RcMessage::Mr(MrNote {
-                op: u32_at(m, 8),
-                key: u32_at(m, 12),
-                pd: u32_at(m, 16),
-                access: u32_at(m, 20),
-                iova: u64_at(m, 24),
-                length: u64_at(m, 32),
+                op: u32_at(m, offset_of!(M, op)),
+                key: u32_at(m, offset_of!(M, key)),
+                pd: u32_at(m, offset_of!(M, pd)),
+                access: u32_at(m, offset_of!(M, access)),
+                iova: u64_at(m, offset_of!(M, iova)),
+                length: u64_at(m, offset_of!(M, length)),
             }))
         }
         _ => Err(bad("unknown type")),
@@ -206,11 +222,15 @@ pub fn parse(kind: u16, m: &[u8], at: usize) -> Result<RcMessage, BadMessage> {
 
 /// `struct urdma_msg_reply`.
 pub(super) fn reply(qpn: u32, seq: u32, status: i32, value: u32) -> Vec<u8> {
+    type M = urdma_msg_reply;
     let mut m = header(MSG_REPLY, REPLY_LEN, qpn);
-    m.extend_from_slice(&seq.to_ne_bytes());
-    m.extend_from_slice(&(status as u32).to_ne_bytes());
-    m.extend_from_slice(&value.to_ne_bytes());
-    m.extend_from_slice(&0u32.to_ne_bytes());
+    put(&mut m, offset_of!(M, seq), &seq.to_ne_bytes());
+    put(
+        &mut m,
+        offset_of!(M, status),
+        &(status as u32).to_ne_bytes(),
+    );
+    put(&mut m, offset_of!(M, value), &value.to_ne_bytes());
     m
 }
 
@@ -227,18 +247,30 @@ pub(super) fn wc_message(
     ex: u32,
     flags: u32,
 ) -> Vec<u8> {
+    type M = urdma_msg_wc;
     let mut m = header(MSG_WC, WC_LEN, qpn);
-    for v in [
-        seq,
-        u32::from(recv),
-        status as u32,
-        opcode as u32,
-        byte_len,
-        vendor_err,
-        ex,
-        flags,
+    for (at, v) in [
+        (offset_of!(M, seq), seq),
+        (offset_of!(M, recv), u32::from(recv)),
+        (offset_of!(M, status), status as u32),
+        (offset_of!(M, opcode), opcode as u32),
+        (offset_of!(M, byte_len), byte_len),
+        (offset_of!(M, vendor_err), vendor_err),
+        (offset_of!(M, ex), ex),
+        (offset_of!(M, flags), flags),
     ] {
-        m.extend_from_slice(&v.to_ne_bytes());
+        put(&mut m, at, &v.to_ne_bytes());
     }
+    m
+}
+
+/// `struct urdma_msg_qp_event`: the asynchronous event `event` of `qpn`.
+pub(super) fn qp_event(qpn: u32, event: u32) -> Vec<u8> {
+    let mut m = header(MSG_QP_EVENT, QP_EVENT_LEN, qpn);
+    put(
+        &mut m,
+        offset_of!(urdma_msg_qp_event, event),
+        &event.to_ne_bytes(),
+    );
     m
 }
