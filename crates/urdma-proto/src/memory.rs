@@ -104,9 +104,7 @@ pub trait Memory: Send + Sync + std::fmt::Debug + Any {
         dst_offset: usize,
         len: usize,
     ) -> Result<(), MemError> {
-        let mut bounce = Vec::with_capacity(len);
-        self.read_into(offset, len, &mut bounce)?;
-        dst.write(dst_offset, &bounce)
+        copy_through_buffer(self, offset, dst, dst_offset, len)
     }
 
     /// The region as [`Any`], so that an implementation can recognise its
@@ -124,6 +122,21 @@ pub fn copy_between(
     len: usize,
 ) -> Result<(), MemError> {
     src.copy_to(offset, dst, dst_offset, len)
+}
+
+/// Copy `len` bytes at `offset` of `src` to `dst_offset` of `dst` through
+/// a buffer of the engine's own: what [`Memory::copy_to`] does when it
+/// knows no straighter way.
+pub fn copy_through_buffer(
+    src: &(impl Memory + ?Sized),
+    offset: usize,
+    dst: &dyn Memory,
+    dst_offset: usize,
+    len: usize,
+) -> Result<(), MemError> {
+    let mut bounce = Vec::with_capacity(len);
+    src.read_into(offset, len, &mut bounce)?;
+    dst.write(dst_offset, &bounce)
 }
 
 /// Memory in a buffer of the engine's own process: the simulator's and the
@@ -232,9 +245,7 @@ impl Memory for VecMemory {
             b.copy_within(offset..offset + len, dst_offset);
             return Ok(());
         }
-        let mut bounce = Vec::with_capacity(len);
-        self.read_into(offset, len, &mut bounce)?;
-        dst.write(dst_offset, &bounce)
+        copy_through_buffer(self, offset, dst, dst_offset, len)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -454,11 +454,7 @@ impl Memory for MemRegion {
     ) -> Result<(), MemError> {
         match dst.as_any().downcast_ref::<MemRegion>() {
             Some(d) => MemRegion::copy_between(self, offset, d, dst_offset, len),
-            None => {
-                let mut bounce = Vec::with_capacity(len);
-                MemRegion::read_into(self, offset, len, &mut bounce)?;
-                dst.write(dst_offset, &bounce)
-            }
+            None => urdma_proto::memory::copy_through_buffer(self, offset, dst, dst_offset, len),
         }
     }
 
