@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
                 pd,
                 access: all,
                 iova: 0x10000,
-                mem,
+                mem: Box::new(mem),
                 rekey: None,
             },
         )
