@@ -1,6 +1,23 @@
-//! The ABI urdma.ko shares with user space, generated at build time from
-//! `kernel/urdma_abi.h` (see `build.rs`): nothing here is copied by hand.
+//! What urdma's drivers (the Rust API, the drop-in libibverbs, the
+//! provider) and its NIC (the agent, or a NIC inside the program) share:
 //!
+//! - the shared-memory rings: completion queues ([`cq`]), send and
+//!   receive work rings ([`wq`]), and the mappings under them ([`shm`]);
+//! - the command protocol between a driver and the agent ([`proto`]),
+//!   its socket and descriptor passing ([`channel`]), where the agent
+//!   listens ([`addr`]) and how a root agent trusts a user namespace
+//!   ([`vouch`]);
+//! - registered memory as the NIC reaches it ([`mem`], [`procmem`]);
+//! - asynchronous event queues ([`events`]) and the in-process NIC
+//!   interface ([`local_nic`]);
+//! - one configuration for drivers and NIC ([`config`]), the devices it
+//!   names ([`device`]) and the run directory ([`rundir`]); signal
+//!   handling of helper threads ([`sig`]);
+//! - the ABI urdma.ko shares with user space, generated at build time
+//!   from `kernel/urdma_abi.h` (see `build.rs`; nothing is copied by
+//!   hand), and the NIC file's uses of it ([`kernel`]).
+//!
+//! The generated ABI, at the crate's root:
 //! - The NIC file's commands (`/dev/urdma`): the argument structures
 //!   ([`urdma_cq_event`], [`urdma_event`], [`urdma_attach`],
 //!   [`urdma_dma`]) and their request numbers ([`URDMA_IOC_CQ_EVENT`],
@@ -26,6 +43,26 @@
 //! NIC's message code relies on besides.
 
 #![deny(missing_docs)]
+
+pub mod addr;
+pub mod channel;
+pub mod config;
+pub mod cq;
+pub mod device;
+pub mod events;
+pub mod kernel;
+pub mod local_nic;
+pub mod mem;
+pub mod procmem;
+pub mod proto;
+pub mod rundir;
+pub mod shm;
+pub mod sig;
+pub mod vouch;
+pub mod wq;
+
+use urdma_proto::error::{Error, Result};
+use urdma_proto::{cm, engine, error, types, verbs};
 
 /// The bindgen output: the header's structures, enums and constants, and
 /// the request encoding of `<linux/ioctl.h>` (`_IOC_*`), under the

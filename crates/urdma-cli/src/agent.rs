@@ -2,8 +2,8 @@
 
 use clap::Args;
 use std::time::Duration;
-use urdma::nic::agent::{self, AgentOptions};
 use urdma::nic::spawn;
+use urdma_nic::nic::agent::{self, AgentOptions};
 
 /// Options of `urdma agent`.
 #[derive(Args)]

@@ -4,8 +4,8 @@
 use anyhow::Result;
 use clap::Args;
 use urdma::config::discover_for_programs;
-use urdma::fabric::stats::{read_all, Published};
 use urdma::{DeviceAttr, DeviceConfig, Gid};
+use urdma_nic::fabric::stats::{read_all, Published};
 
 /// Arguments of `urdma devices`.
 #[derive(Args)]
@@ -35,7 +35,7 @@ fn attributes(cfg: &DeviceConfig) -> DeviceAttr {
 /// this network namespace publish (the same records `urdma stat` reads).
 fn nic_state(cfg: &DeviceConfig, published: &[Published]) -> String {
     let addr = std::net::SocketAddr::new(cfg.addr, cfg.port).to_string();
-    let here = urdma::fabric::stats::own_netns();
+    let here = urdma_nic::fabric::stats::own_netns();
     let Some(p) = published
         .iter()
         .find(|p| p.live && p.stats.addr == addr && p.stats.netns.is_none_or(|n| Some(n) == here))

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use clap::Args;
 use std::fmt::Write as _;
-use urdma::fabric::stats::{read_all, stats_dir, Published};
+use urdma_nic::fabric::stats::{read_all, stats_dir, Published};
 use urdma_wire::cm::CmaHeader;
 
 /// Arguments of `urdma stat`.

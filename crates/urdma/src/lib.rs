@@ -1,15 +1,20 @@
 //! urdma: a software RDMA NIC. Verbs programs do RDMA (SEND/RECV, RDMA
 //! WRITE, READ, atomics) over ordinary UDP/IP with the RoCEv2 wire format.
 //!
-//! The crate has three layers:
-//! - the verbs layer ([`verbs`]): attributes and IB semantics;
-//! - the engine ([`engine`]): a deterministic protocol state machine fed
-//!   datagrams, work requests and the time;
-//! - the fabric ([`fabric`]): a UDP socket and one receive thread per device
-//!   that drives the engine, so the passive side of RDMA WRITE/READ/atomics
-//!   progresses without any call from its application.
-//!
-//! The safe API ([`Device`], [`Pd`], [`Mr`], [`Cq`], [`Qp`]) sits on top.
+//! This crate is the safe Rust API ([`Device`], [`Pd`], [`Mr`], [`Cq`],
+//! [`Qp`]) and the driver's way to its NIC ([`nic`]): the host's shared
+//! NIC agent, found or started on first use, or, with the `embedded`
+//! feature (on by default), a NIC inside the program
+//! ([`Device::open_embedded`]). The layers under it are crates of their
+//! own, re-exported here:
+//! - `urdma-proto`: the verbs semantics ([`verbs`], [`types`]), the
+//!   engine, a deterministic protocol state machine fed datagrams, work
+//!   requests and the time ([`engine`]), and the connection manager
+//!   ([`cm`]);
+//! - `urdma-abi`: what drivers and the NIC share: completion and work
+//!   rings in shared memory ([`cq`], [`wq`]), the command protocol,
+//!   registered memory ([`mem`]) and the configuration ([`config`]);
+//! - `urdma-nic` (feature `embedded`): the NIC: agent, fabrics, capture.
 //!
 //! ```no_run
 //! use urdma::{AccessFlags, Device, DeviceConfig, QpInitAttr, SendWr};
@@ -31,18 +36,9 @@
 //! ```
 
 pub mod api;
-pub mod config;
-pub mod cq;
-pub mod device;
-pub mod fabric;
-pub mod mem;
 pub mod nic;
-pub mod procmem;
-pub mod rundir;
-pub mod shm;
-pub mod sig;
-pub mod wq;
 
+pub use urdma_abi::{config, cq, device, events, mem, procmem, rundir, shm, sig, wq};
 pub use urdma_proto::{bufpool, cm, engine, error, mr, rng, types, verbs};
 
 pub use api::{

@@ -90,7 +90,7 @@ impl Cq {
     /// waits for its NIC: its polls then take and handle the datagrams
     /// that arrived for the device themselves, as the device's receive
     /// thread would once scheduled
-    /// ([`crate::fabric::udp::UdpDriver::progress`]). The shared NIC's
+    /// ([`crate::nic::LocalNic::progress`]). The shared NIC's
     /// own threads do its work.
     pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
         let n = self.shared.poll(max, out)?;
@@ -100,7 +100,7 @@ impl Cq {
         if max == 0 {
             return Ok(n);
         }
-        let id = Arc::as_ptr(driver) as usize;
+        let id = Arc::as_ptr(driver) as *const () as usize;
         let count = |found: usize| {
             EMPTY_POLLS.with(|e| {
                 let (last, count) = e.get();

@@ -9,8 +9,6 @@ pub use crate::device::{
 use crate::engine::command::{AllocPd, Request};
 use crate::engine::Counters;
 use crate::error::Result;
-use crate::fabric::embedded::EmbeddedNic;
-use crate::fabric::udp::UdpDriver;
 use crate::nic::{client::AgentLink, Link};
 use crate::types::AsyncEvent;
 use crate::verbs::{DeviceAttr, Gid, PortAttr};
@@ -26,7 +24,7 @@ pub(crate) struct DeviceInner {
     next_cqn: AtomicU32,
     /// The NIC inside this process, for an embedded device; it closes
     /// with the device.
-    _embedded: Option<EmbeddedNic>,
+    _embedded: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// An open urdma device. Cloning shares it; it closes when the last
@@ -50,7 +48,14 @@ impl Device {
     /// `URDMA_NIC=embedded`.
     pub fn open(config: DeviceConfig) -> Result<Device> {
         if crate::nic::embedded_by_default() {
+            #[cfg(feature = "embedded")]
             return Self::open_embedded(config);
+            #[cfg(not(feature = "embedded"))]
+            return Err(crate::Error::NotSupported(
+                "URDMA_NIC=embedded: this build has no NIC inside the program \
+                 (urdma's `embedded` feature); unset it to use the shared NIC agent"
+                    .into(),
+            ));
         }
         let attr = device_attr_for(&config);
         let link = AgentLink::open(
@@ -70,25 +75,27 @@ impl Device {
     /// Open a device whose NIC runs inside this process: bind its UDP
     /// socket and start its receive thread. Only this process can then
     /// use the address.
+    #[cfg(feature = "embedded")]
     pub fn open_embedded(config: DeviceConfig) -> Result<Device> {
         Self::embedded(config, true)
     }
 
     /// An embedded device whose receive thread does not run: only polls
     /// of its CQs take its datagrams (see [`crate::Cq::poll_into`]).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "embedded"))]
     pub(crate) fn open_embedded_unthreaded(config: DeviceConfig) -> Result<Device> {
         Self::embedded(config, false)
     }
 
+    #[cfg(feature = "embedded")]
     fn embedded(config: DeviceConfig, receive_thread: bool) -> Result<Device> {
-        let nic = EmbeddedNic::open(config, receive_thread)?;
+        let nic = urdma_nic::fabric::embedded::EmbeddedNic::open(config, receive_thread)?;
         let link = Link::Embedded(nic.driver().clone());
         Ok(Self::with_link(
             nic.config().clone(),
             link,
             nic.attr().clone(),
-            Some(nic),
+            Some(Box::new(nic)),
         ))
     }
 
@@ -96,7 +103,7 @@ impl Device {
         config: DeviceConfig,
         link: Link,
         attr: DeviceAttr,
-        embedded: Option<EmbeddedNic>,
+        embedded: Option<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Device {
         Device {
             inner: Arc::new(DeviceInner {
@@ -139,7 +146,7 @@ impl Device {
     /// out a RoCE netdev's table.
     pub fn gid_addrs(&self) -> Vec<SocketAddr> {
         match &self.inner.link {
-            Link::Embedded(d) => d.gids().to_vec(),
+            Link::Embedded(d) => d.gids(),
             Link::Agent(a) => a.gids().to_vec(),
         }
     }
@@ -240,10 +247,10 @@ impl Device {
     /// the shared NIC agent, able to open `/dev/urdma` (root).
     pub fn bind_to_kernel(
         &self,
-        obj: crate::nic::agent::Object,
+        obj: urdma_abi::proto::Object,
         kernel: crate::nic::kernel::KernelObject,
     ) -> Result<()> {
-        use crate::nic::agent::Object;
+        use urdma_abi::proto::Object;
         match (&self.inner.link, obj) {
             (Link::Embedded(_), _) => Err(crate::Error::NotSupported(
                 "kernel async events need the shared NIC agent".into(),
@@ -279,12 +286,8 @@ impl Device {
         pd: u32,
         attr: crate::engine::SrqAttr,
     ) -> Result<(u32, crate::engine::SrqAttr)> {
-        use crate::engine::command::{CreateSrq, QuerySrq};
         match &self.inner.link {
-            Link::Embedded(d) => d.with_engine(|e, now| {
-                let n = e.call(now, CreateSrq { pd, attr })?;
-                e.call(now, QuerySrq { srqn: n }).map(|q| (n, q))
-            }),
+            Link::Embedded(d) => d.create_srq(pd, attr),
             Link::Agent(a) => a.create_srq(pd, attr),
         }
     }
@@ -295,8 +298,8 @@ impl Device {
         &self.inner.link
     }
 
-    /// The engine of a device whose NIC runs in this process.
-    pub fn driver(&self) -> Option<&Arc<UdpDriver>> {
+    /// The NIC of a device whose NIC runs in this process.
+    pub fn local_nic(&self) -> Option<&Arc<dyn crate::nic::LocalNic>> {
         match &self.inner.link {
             Link::Embedded(d) => Some(d),
             Link::Agent(_) => None,
@@ -306,7 +309,7 @@ impl Device {
     /// Device counters.
     pub fn counters(&self) -> Counters {
         match &self.inner.link {
-            Link::Embedded(d) => d.inspect(|e| e.counters()),
+            Link::Embedded(d) => d.counters(None).unwrap_or_default(),
             Link::Agent(a) => a.counters(None).ok().flatten().unwrap_or_default(),
         }
     }
@@ -314,7 +317,7 @@ impl Device {
     /// Counters of one QP.
     pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
         match &self.inner.link {
-            Link::Embedded(d) => d.inspect(|e| e.qp_counters(qpn)),
+            Link::Embedded(d) => d.counters(Some(qpn)),
             Link::Agent(a) => a.counters(Some(qpn)).ok().flatten(),
         }
     }

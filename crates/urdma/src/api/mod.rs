@@ -12,6 +12,13 @@ mod mr;
 mod qp;
 mod wr;
 
+#[cfg(all(test, feature = "embedded"))]
+mod progress_tests;
+#[cfg(all(test, feature = "embedded"))]
+mod timer_tests;
+#[cfg(all(test, feature = "embedded"))]
+mod write_pair;
+
 pub use crate::verbs::{connect_steps, ConnectOptions, Endpoint};
 pub use cq::Cq;
 pub use device::{

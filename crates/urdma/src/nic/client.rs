@@ -12,7 +12,7 @@ use super::{channel, spawn};
 use crate::cq::{CqShared, Ring};
 use crate::engine::command::Reply;
 use crate::error::{Error, Result};
-use crate::fabric::events::EventQueue;
+use crate::events::EventQueue;
 use crate::mr::MrEntry;
 use crate::types::{QpState, QpType};
 use crate::verbs::QpCap;
@@ -156,7 +156,7 @@ impl AgentLink {
             v => return Err(unexpected(v)),
         };
         // URDMA_PCAP: this program's capture, written by the NIC.
-        if let Some((path, limit)) = crate::fabric::capture::requested() {
+        if let Some((path, limit)) = crate::config::pcap_requested() {
             match std::fs::File::create(&path) {
                 Ok(f) => {
                     ask(&mut chan, &Request::Capture { limit }, &[f.as_raw_fd()])?;

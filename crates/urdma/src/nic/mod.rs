@@ -1,40 +1,29 @@
-//! The NIC as its own agent, and the drivers' link to it.
+//! The driver's link to its NIC.
 //!
 //! A urdma NIC is one per address, shared by every process of the host:
-//! the agent ([`agent`]) runs the engines and owns UDP port 4791 of the
-//! addresses it serves; drivers (the Rust API, the drop-in libibverbs, the
-//! provider) reach it through a command socket ([`proto`], [`channel`]),
-//! completion rings in shared memory ([`crate::cq::CqShared`]) and
-//! their own `/proc/self/mem`, which they pass to the agent as its only way
-//! to their registered memory. A driver starts the agent when none runs
-//! ([`spawn`]).
+//! the agent (`urdma agent`, crate `urdma-nic`) runs the engines and owns
+//! UDP port 4791 of the addresses it serves; drivers (the Rust API, the
+//! drop-in libibverbs, the provider) reach it through a command socket
+//! ([`proto`], [`channel`]), completion rings in shared memory
+//! ([`crate::cq::CqShared`]) and their own `/proc/self/mem`, which they
+//! pass to the agent as its only way to their registered memory. A driver
+//! starts the agent when none runs ([`spawn`]).
 //!
 //! [`Link`] is a device's way to its NIC: the agent by default, or an
-//! engine inside the process (`URDMA_NIC=embedded`, or
-//! [`crate::fabric::embedded::EmbeddedNic`], what `Device::open_embedded`
-//! opens) for tests and embedding.
+//! engine inside the process ([`LocalNic`]: `URDMA_NIC=embedded`, or
+//! `Device::open_embedded`, with the `embedded` feature) for tests and
+//! embedding.
 
-pub mod acceptor;
-pub mod addr;
-pub mod agent;
-pub mod channel;
 pub mod client;
-mod cm_local;
-pub mod cm_routes;
-pub mod kernel;
-pub mod kernel_chan;
-pub mod kernel_rc;
-pub mod memfile;
-pub mod proto;
-pub mod session;
 pub mod spawn;
-pub mod vouch;
+
+pub use urdma_abi::local_nic::{LocalNic, PostError};
+pub use urdma_abi::{addr, channel, kernel, proto, vouch};
 
 use crate::engine::command::{Command, Reply};
 use crate::engine::{RecvRequest, SendRequest};
 use crate::error::Result;
-use crate::fabric::events::EventNotifier;
-use crate::fabric::udp::UdpDriver;
+use crate::events::EventNotifier;
 use crate::types::AsyncEvent;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,23 +36,9 @@ pub fn embedded_by_default() -> bool {
 /// How a device reaches its NIC.
 pub enum Link {
     /// An engine in this process, with its own UDP socket.
-    Embedded(Arc<UdpDriver>),
+    Embedded(Arc<dyn LocalNic>),
     /// The shared NIC agent.
     Agent(Arc<client::AgentLink>),
-}
-
-/// A post that stopped at a work request: how many went before it, and why.
-pub type PostError = (usize, crate::Error);
-
-/// Post each WR in order with `post`, stopping at the first refused.
-fn post_each<T>(
-    wrs: Vec<T>,
-    mut post: impl FnMut(T) -> Result<()>,
-) -> std::result::Result<(), PostError> {
-    for (i, wr) in wrs.into_iter().enumerate() {
-        post(wr).map_err(|err| (i, err))?;
-    }
-    Ok(())
 }
 
 impl Link {
@@ -88,7 +63,7 @@ impl Link {
     /// Run an engine command.
     pub fn execute(&self, cmd: Command) -> Result<Reply> {
         match self {
-            Link::Embedded(d) => d.with_engine(|e, now| e.execute(now, cmd)),
+            Link::Embedded(d) => d.execute(cmd),
             Link::Agent(a) => a.execute(cmd),
         }
     }
@@ -100,11 +75,7 @@ impl Link {
         wrs: Vec<SendRequest>,
     ) -> std::result::Result<(), PostError> {
         match self {
-            Link::Embedded(d) => d.with_engine(|e, now| {
-                post_each(wrs, |wr| {
-                    e.call(now, crate::engine::command::PostSend { qpn, wr })
-                })
-            }),
+            Link::Embedded(d) => d.post_sends(qpn, wrs),
             Link::Agent(a) => a.post_sends(qpn, wrs),
         }
     }
@@ -116,14 +87,8 @@ impl Link {
         srq: bool,
         wrs: Vec<RecvRequest>,
     ) -> std::result::Result<(), PostError> {
-        use crate::engine::command::{PostRecv, PostSrqRecv};
         match self {
-            Link::Embedded(d) => d.with_engine(|e, now| {
-                post_each(wrs, |wr| match srq {
-                    true => e.call(now, PostSrqRecv { srqn: n, wr }),
-                    false => e.call(now, PostRecv { qpn: n, wr }),
-                })
-            }),
+            Link::Embedded(d) => d.post_recvs(n, srq, wrs),
             Link::Agent(a) => a.post_recvs(n, srq, wrs),
         }
     }

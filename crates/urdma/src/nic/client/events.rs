@@ -2,7 +2,7 @@
 //! events from the agent, and what follows when the agent goes.
 
 use crate::cq::CqShared;
-use crate::fabric::events::EventQueue;
+use crate::events::EventQueue;
 use crate::nic::channel;
 use crate::nic::proto::{self, Event};
 use crate::types::{AsyncEvent, AsyncEventKind};
