@@ -20,8 +20,10 @@ bitflags::bitflags! {
 }
 
 bitflags::bitflags! {
-    /// Which fields of [`crate::verbs::QpAttr`] a modify_qp call sets (`ibv_qp_attr_mask`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    /// Which fields of [`crate::verbs::QpAttr`] a modify_qp call sets
+    /// (`ibv_qp_attr_mask`). Serialized as its bits, unknown ones kept:
+    /// a receiver checks them (`QpAttrMask::from_bits`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
     pub struct QpAttrMask: u32 {
         /// qp_state
         const STATE = 1;

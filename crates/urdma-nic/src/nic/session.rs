@@ -208,6 +208,7 @@ impl Session {
         req: Request,
         fds: &mut Vec<OwnedFd>,
     ) -> Result<Value> {
+        use crate::engine::command::Verb as V;
         use Request as R;
         if let R::OpenDevice { name, addr, port } = req {
             if self.device.is_some() {
@@ -227,12 +228,10 @@ impl Session {
             R::Hello { .. } | R::OpenDevice { .. } => {
                 return Err(Error::inval("unexpected request"))
             }
-            R::AllocPd
-            | R::DeallocPd { .. }
-            | R::RegMr { .. }
-            | R::AllocMw { .. }
-            | R::DeallocMw { .. }
-            | R::DeregMr { .. } => self.run_memory(&dev, req, fds)?,
+            R::RegMr { .. }
+            | R::Verb(
+                V::AllocPd(_) | V::DeallocPd(_) | V::AllocMw(_) | V::DeallocMw(_) | V::DeregMr(_),
+            ) => self.run_memory(&dev, req, fds)?,
             R::ReserveCq
             | R::CreateCq { .. }
             | R::BindCq { .. }
@@ -240,14 +239,13 @@ impl Session {
             | R::BindSrq { .. }
             | R::ResizeCq { .. }
             | R::DestroyCq { .. }
-            | R::CqInUse { .. } => self.run_cq(&dev, req, fds)?,
-            R::CreateQp { .. } | R::ModifyQp { .. } | R::QueryQp { .. } | R::DestroyQp { .. } => {
+            | R::Verb(V::CqInUse(_)) => self.run_cq(&dev, req, fds)?,
+            R::CreateQp { .. } | R::Verb(V::ModifyQp(_) | V::QueryQp(_) | V::DestroyQp(_)) => {
                 self.run_qp(&dev, req, fds)?
             }
-            R::CreateSrq { .. }
-            | R::ModifySrq { .. }
-            | R::QuerySrq { .. }
-            | R::DestroySrq { .. } => self.run_srq(&dev, req, fds)?,
+            R::Verb(V::CreateSrq(_) | V::ModifySrq(_) | V::QuerySrq(_) | V::DestroySrq(_)) => {
+                self.run_srq(&dev, req, fds)?
+            }
             R::Doorbell { .. } => {
                 return Err(Error::inval("doorbells run through handle_doorbells"))
             }

@@ -17,6 +17,7 @@ use crate::mr::MrEntry;
 use crate::sink::CompletionSink;
 use crate::types::{AccessFlags, QpAttrMask, QpType};
 use crate::verbs::{QpAttr, QpCap};
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// What every command answers with.
@@ -44,177 +45,227 @@ pub trait Request: Into<Command> {
     fn output(reply: Reply) -> Option<Self::Output>;
 }
 
-/// Declares each command struct, [`Command`], and their typed answers.
-macro_rules! commands {
-    ($(
+/// Declares one command struct and its typed answer.
+macro_rules! command {
+    (
         $(#[$doc:meta])*
-        $name:ident { $($(#[$fdoc:meta])* $field:ident : $ty:ty),* $(,)? } -> $reply:ident($out:ty);
-    )+) => {
-        $(
-            $(#[$doc])*
-            #[derive(Debug)]
-            pub struct $name { $($(#[$fdoc])* pub $field: $ty,)* }
+        $name:ident { $($(#[$fdoc:meta])* $field:ident : $ty:ty),* $(,)? } -> $reply:ident($out:ty)
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name { $($(#[$fdoc])* pub $field: $ty,)* }
 
-            impl From<$name> for Command {
-                fn from(c: $name) -> Command {
-                    Command::$name(c)
+        impl From<$name> for Command {
+            fn from(c: $name) -> Command {
+                Command::$name(c)
+            }
+        }
+
+        impl Request for $name {
+            type Output = $out;
+            fn output(reply: Reply) -> Option<$out> {
+                match reply {
+                    Reply::$reply(v) => Some(v),
+                    _ => None,
                 }
             }
+        }
+    };
+}
 
-            impl Request for $name {
-                type Output = $out;
-                fn output(reply: Reply) -> Option<$out> {
-                    match reply {
-                        Reply::$reply(v) => Some(v),
-                        _ => None,
-                    }
-                }
-            }
-        )+
+/// Declares each command struct, [`Command`], [`Verb`] (the commands
+/// that are plain data, which cross to a NIC in another process as they
+/// are) and their typed answers.
+macro_rules! commands {
+    (
+        wire {
+            $($(#[$wdoc:meta])* $wname:ident { $($wbody:tt)* } -> $wreply:ident($wout:ty);)+
+        }
+        local {
+            $($(#[$ldoc:meta])* $lname:ident { $($lbody:tt)* } -> $lreply:ident($lout:ty);)+
+        }
+    ) => {
+        $(command! {
+            $(#[$wdoc])*
+            #[derive(Clone, Serialize, Deserialize)]
+            $wname { $($wbody)* } -> $wreply($wout)
+        })+
+        $(command! { $(#[$ldoc])* $lname { $($lbody)* } -> $lreply($lout) })+
 
         /// Every command the engine takes.
         #[derive(Debug)]
         pub enum Command {
-            $($(#[$doc])* $name($name),)+
+            $($(#[$wdoc])* $wname($wname),)+
+            $($(#[$ldoc])* $lname($lname),)+
+        }
+
+        /// The commands that are plain data: a driver sends them to the
+        /// NIC agent as they are (`Request::Verb` of the agent's protocol).
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        pub enum Verb {
+            $($(#[$wdoc])* $wname($wname),)+
+        }
+
+        impl From<Verb> for Command {
+            fn from(v: Verb) -> Command {
+                match v {
+                    $(Verb::$wname(c) => Command::$wname(c),)+
+                }
+            }
+        }
+
+        impl Command {
+            /// The command as plain data, or itself when it holds what
+            /// only this process can use (memory, CQs, work requests).
+            pub fn into_verb(self) -> std::result::Result<Verb, Box<Command>> {
+                match self {
+                    $(Command::$wname(c) => Ok(Verb::$wname(c)),)+
+                    other => Err(Box::new(other)),
+                }
+            }
         }
     };
 }
 
 commands! {
-    /// Allocate a protection domain; answers its number.
-    AllocPd {} -> Number(u32);
-    /// Free a protection domain with no MR or QP left in it.
-    DeallocPd {
-        /// The PD.
-        pd: u32,
-    } -> Done(());
-    /// Register memory in a PD, visible at `iova`, under a fresh
-    /// unpredictable key (or, with `rekey`, under that MR's key, which it
-    /// then names instead: `ibv_rereg_mr`); answers the region.
-    RegMr {
-        /// The PD.
-        pd: u32,
-        /// Access rights.
-        access: AccessFlags,
-        /// Address the region is known by in work requests and R_Key accesses.
-        iova: u64,
-        /// The memory.
-        mem: Box<dyn Memory>,
-        /// Re-register the MR of this key.
-        rekey: Option<u32>,
-    } -> Mr(Arc<MrEntry>);
-    /// Deregister an MR; in-flight work keeps the memory alive until done.
-    DeregMr {
-        /// Its key.
-        key: u32,
-    } -> Mr(Arc<MrEntry>);
-    /// Allocate a memory window in a PD; answers its R_Key.
-    AllocMw {
-        /// The PD.
-        pd: u32,
-        /// Its kind.
-        kind: MwType,
-    } -> Number(u32);
-    /// Free a memory window (named by any R_Key it took).
-    DeallocMw {
-        /// The window's R_Key.
-        rkey: u32,
-    } -> Done(());
-    /// Create a QP in the RESET state; answers its number.
-    CreateQp {
-        /// The PD.
-        pd: u32,
-        /// Transport.
-        qp_type: QpType,
-        /// Queue capacities.
-        cap: QpCap,
-        /// Signal every send WR.
-        sq_sig_all: bool,
-        /// CQ of send completions.
-        send_cq: Arc<dyn CompletionSink>,
-        /// CQ of receive completions.
-        recv_cq: Arc<dyn CompletionSink>,
-        /// SRQ the QP takes receive WQEs from (same PD), if any.
-        srq: Option<u32>,
-    } -> Number(u32);
-    /// Modify a QP (`ibv_modify_qp`).
-    ModifyQp {
-        /// The QP.
-        qpn: u32,
-        /// New values.
-        attr: QpAttr,
-        /// Which values.
-        mask: QpAttrMask,
-    } -> Done(());
-    /// Current attributes of a QP.
-    QueryQp {
-        /// The QP.
-        qpn: u32,
-    } -> QpAttr(QpAttr);
-    /// Destroy a QP; its queued work is dropped without completions.
-    DestroyQp {
-        /// The QP.
-        qpn: u32,
-    } -> Done(());
-    /// Destroy a QP whose owner is gone (a program that died): a
-    /// connected RC peer is told first, so that it does not wait for what
-    /// will never come; then as [`DestroyQp`].
-    AbandonQp {
-        /// The QP.
-        qpn: u32,
-    } -> Done(());
-    /// Whether some QP uses a CQ (a CQ in use cannot be destroyed).
-    CqInUse {
-        /// The CQ.
-        cqn: u32,
-    } -> Flag(bool);
-    /// Create a shared receive queue; answers its number.
-    CreateSrq {
-        /// The PD.
-        pd: u32,
-        /// Capacities and limit.
-        attr: SrqAttr,
-    } -> Number(u32);
-    /// Change an SRQ's capacity or arm its limit.
-    ModifySrq {
-        /// The SRQ.
-        srqn: u32,
-        /// New capacity.
-        max_wr: Option<u32>,
-        /// New limit.
-        limit: Option<u32>,
-    } -> Done(());
-    /// Current attributes of an SRQ.
-    QuerySrq {
-        /// The SRQ.
-        srqn: u32,
-    } -> SrqAttr(SrqAttr);
-    /// Destroy an SRQ no QP uses.
-    DestroySrq {
-        /// The SRQ.
-        srqn: u32,
-    } -> Done(());
-    /// Post a send work request.
-    PostSend {
-        /// The QP.
-        qpn: u32,
-        /// The request.
-        wr: SendRequest,
-    } -> Done(());
-    /// Post a receive work request.
-    PostRecv {
-        /// The QP.
-        qpn: u32,
-        /// The request.
-        wr: RecvRequest,
-    } -> Done(());
-    /// Post a receive work request to an SRQ.
-    PostSrqRecv {
-        /// The SRQ.
-        srqn: u32,
-        /// The request.
-        wr: RecvRequest,
-    } -> Done(());
+    wire {
+        /// Allocate a protection domain; answers its number.
+        AllocPd {} -> Number(u32);
+        /// Free a protection domain with no MR or QP left in it.
+        DeallocPd {
+            /// The PD.
+            pd: u32,
+        } -> Done(());
+        /// Deregister an MR; in-flight work keeps the memory alive until done.
+        DeregMr {
+            /// Its key.
+            key: u32,
+        } -> Mr(Arc<MrEntry>);
+        /// Allocate a memory window in a PD; answers its R_Key.
+        AllocMw {
+            /// The PD.
+            pd: u32,
+            /// Its kind.
+            kind: MwType,
+        } -> Number(u32);
+        /// Free a memory window (named by any R_Key it took).
+        DeallocMw {
+            /// The window's R_Key.
+            rkey: u32,
+        } -> Done(());
+        /// Modify a QP (`ibv_modify_qp`).
+        ModifyQp {
+            /// The QP.
+            qpn: u32,
+            /// New values.
+            attr: QpAttr,
+            /// Which values.
+            mask: QpAttrMask,
+        } -> Done(());
+        /// Current attributes of a QP.
+        QueryQp {
+            /// The QP.
+            qpn: u32,
+        } -> QpAttr(QpAttr);
+        /// Destroy a QP; its queued work is dropped without completions.
+        DestroyQp {
+            /// The QP.
+            qpn: u32,
+        } -> Done(());
+        /// Whether some QP uses a CQ (a CQ in use cannot be destroyed).
+        CqInUse {
+            /// The CQ.
+            cqn: u32,
+        } -> Flag(bool);
+        /// Create a shared receive queue; answers its number.
+        CreateSrq {
+            /// The PD.
+            pd: u32,
+            /// Capacities and limit.
+            attr: SrqAttr,
+        } -> Number(u32);
+        /// Change an SRQ's capacity or arm its limit.
+        ModifySrq {
+            /// The SRQ.
+            srqn: u32,
+            /// New capacity.
+            max_wr: Option<u32>,
+            /// New limit.
+            limit: Option<u32>,
+        } -> Done(());
+        /// Current attributes of an SRQ.
+        QuerySrq {
+            /// The SRQ.
+            srqn: u32,
+        } -> SrqAttr(SrqAttr);
+        /// Destroy an SRQ no QP uses.
+        DestroySrq {
+            /// The SRQ.
+            srqn: u32,
+        } -> Done(());
+    }
+    local {
+        /// Register memory in a PD, visible at `iova`, under a fresh
+        /// unpredictable key (or, with `rekey`, under that MR's key, which it
+        /// then names instead: `ibv_rereg_mr`); answers the region.
+        RegMr {
+            /// The PD.
+            pd: u32,
+            /// Access rights.
+            access: AccessFlags,
+            /// Address the region is known by in work requests and R_Key accesses.
+            iova: u64,
+            /// The memory.
+            mem: Box<dyn Memory>,
+            /// Re-register the MR of this key.
+            rekey: Option<u32>,
+        } -> Mr(Arc<MrEntry>);
+        /// Create a QP in the RESET state; answers its number.
+        CreateQp {
+            /// The PD.
+            pd: u32,
+            /// Transport.
+            qp_type: QpType,
+            /// Queue capacities.
+            cap: QpCap,
+            /// Signal every send WR.
+            sq_sig_all: bool,
+            /// CQ of send completions.
+            send_cq: Arc<dyn CompletionSink>,
+            /// CQ of receive completions.
+            recv_cq: Arc<dyn CompletionSink>,
+            /// SRQ the QP takes receive WQEs from (same PD), if any.
+            srq: Option<u32>,
+        } -> Number(u32);
+        /// Destroy a QP whose owner is gone (a program that died): a
+        /// connected RC peer is told first, so that it does not wait for what
+        /// will never come; then as [`DestroyQp`].
+        AbandonQp {
+            /// The QP.
+            qpn: u32,
+        } -> Done(());
+        /// Post a send work request.
+        PostSend {
+            /// The QP.
+            qpn: u32,
+            /// The request.
+            wr: SendRequest,
+        } -> Done(());
+        /// Post a receive work request.
+        PostRecv {
+            /// The QP.
+            qpn: u32,
+            /// The request.
+            wr: RecvRequest,
+        } -> Done(());
+        /// Post a receive work request to an SRQ.
+        PostSrqRecv {
+            /// The SRQ.
+            srqn: u32,
+            /// The request.
+            wr: RecvRequest,
+        } -> Done(());
+    }
 }
 
 impl Engine {

@@ -10,7 +10,6 @@ use super::kernel::KernelObject;
 use super::proto::{self, Request, Value};
 use super::{channel, spawn};
 use crate::cq::{CqShared, Ring};
-use crate::engine::command::Reply;
 use crate::error::{Error, Result};
 use crate::events::EventQueue;
 use crate::mr::MrEntry;
@@ -321,13 +320,6 @@ fn unexpected(v: Value) -> Error {
 fn number(v: Value) -> Result<u32> {
     match v {
         Value::Number(n) => Ok(n),
-        v => Err(unexpected(v)),
-    }
-}
-
-fn done(v: Value) -> Result<Reply> {
-    match v {
-        Value::Done => Ok(Reply::Done(())),
         v => Err(unexpected(v)),
     }
 }

@@ -20,15 +20,16 @@ impl Session {
         req: Request,
         fds: &mut Vec<OwnedFd>,
     ) -> Result<Value> {
+        use crate::engine::command::Verb as V;
         use Request as R;
         let d = &dev.driver;
         Ok(match req {
-            R::AllocPd => {
+            R::Verb(V::AllocPd(_)) => {
                 let pd = d.call(AllocPd {})?;
                 self.pds.insert(pd);
                 Value::Number(pd)
             }
-            R::DeallocPd { pd } => {
+            R::Verb(V::DeallocPd(DeallocPd { pd })) => {
                 d.call(DeallocPd { pd: self.pd(pd)? })?;
                 self.pds.remove(&pd);
                 Value::Done
@@ -66,7 +67,7 @@ impl Session {
                 self.mrs.insert(key, entry);
                 Value::Number(key)
             }
-            R::AllocMw { pd, kind } => {
+            R::Verb(V::AllocMw(AllocMw { pd, kind })) => {
                 let rkey = d.call(AllocMw {
                     pd: self.pd(pd)?,
                     kind,
@@ -74,7 +75,7 @@ impl Session {
                 self.mws.insert(mw::index_of(rkey));
                 Value::Number(rkey)
             }
-            R::DeallocMw { rkey } => {
+            R::Verb(V::DeallocMw(DeallocMw { rkey })) => {
                 if !self.mws.contains(&mw::index_of(rkey)) {
                     return Err(not_found("memory window", rkey));
                 }
@@ -82,7 +83,7 @@ impl Session {
                 self.mws.remove(&mw::index_of(rkey));
                 Value::Done
             }
-            R::DeregMr { key } => {
+            R::Verb(V::DeregMr(DeregMr { key })) => {
                 if !self.mrs.contains_key(&key) {
                     return Err(not_found("MR", key));
                 }
@@ -101,6 +102,7 @@ impl Session {
         req: Request,
         fds: &mut Vec<OwnedFd>,
     ) -> Result<Value> {
+        use crate::engine::command::Verb as V;
         use Request as R;
         let d = &dev.driver;
         Ok(match req {
@@ -163,7 +165,7 @@ impl Session {
                 dev.disown(urdma_abi::proto::Object::Cq(cqn));
                 Value::Done
             }
-            R::CqInUse { cqn } => {
+            R::Verb(V::CqInUse(CqInUse { cqn })) => {
                 self.cq(cqn)?;
                 Value::Flag(d.call(CqInUse { cqn })?)
             }

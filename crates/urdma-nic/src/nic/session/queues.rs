@@ -24,6 +24,7 @@ impl Session {
         req: Request,
         fds: &mut Vec<OwnedFd>,
     ) -> Result<Value> {
+        use crate::engine::command::Verb as V;
         use Request as R;
         let d = &dev.driver;
         Ok(match req {
@@ -74,9 +75,9 @@ impl Session {
                 dev.own(urdma_abi::proto::Object::Qp(qpn), &self.events);
                 Value::Number(qpn)
             }
-            R::ModifyQp { qpn, attr, mask } => {
+            R::Verb(V::ModifyQp(ModifyQp { qpn, attr, mask })) => {
                 self.qp(qpn)?;
-                let mask = QpAttrMask::from_bits(mask)
+                let mask = QpAttrMask::from_bits(mask.bits())
                     .ok_or_else(|| Error::inval("unknown attribute mask bits"))?;
                 let controlled = attr.qkey & crate::engine::CONTROLLED_QKEY != 0;
                 if mask.contains(QpAttrMask::QKEY) && controlled && self.uid != 0 {
@@ -90,11 +91,11 @@ impl Session {
                 d.call(ModifyQp { qpn, attr, mask })?;
                 Value::Done
             }
-            R::QueryQp { qpn } => {
+            R::Verb(V::QueryQp(QueryQp { qpn })) => {
                 self.qp(qpn)?;
                 Value::QpAttr(d.call(QueryQp { qpn })?)
             }
-            R::DestroyQp { qpn } => {
+            R::Verb(V::DestroyQp(DestroyQp { qpn })) => {
                 self.qp(qpn)?;
                 d.call(DestroyQp { qpn })?;
                 self.qps.remove(&qpn);
@@ -113,10 +114,11 @@ impl Session {
         req: Request,
         fds: &mut Vec<OwnedFd>,
     ) -> Result<Value> {
+        use crate::engine::command::Verb as V;
         use Request as R;
         let d = &dev.driver;
         Ok(match req {
-            R::CreateSrq { pd, attr } => {
+            R::Verb(V::CreateSrq(CreateSrq { pd, attr })) => {
                 let pd = self.pd(pd)?;
                 let fd = only_fd(fds, "an SRQ's work queue")?;
                 let (srqn, got) = d.with_engine(|e, now| {
@@ -135,11 +137,11 @@ impl Session {
                 dev.own(urdma_abi::proto::Object::Srq(srqn), &self.events);
                 Value::Srq(srqn, got)
             }
-            R::ModifySrq {
+            R::Verb(V::ModifySrq(ModifySrq {
                 srqn,
                 max_wr,
                 limit,
-            } => {
+            })) => {
                 let srqn = self.srq(srqn)?;
                 let Some(n) = max_wr else {
                     d.call(ModifySrq {
@@ -162,10 +164,10 @@ impl Session {
                 d.with_engine(|e, _| e.resize_srq(srqn, n, limit, Some(ring)))?;
                 Value::Done
             }
-            R::QuerySrq { srqn } => Value::SrqAttr(d.call(QuerySrq {
+            R::Verb(V::QuerySrq(QuerySrq { srqn })) => Value::SrqAttr(d.call(QuerySrq {
                 srqn: self.srq(srqn)?,
             })?),
-            R::DestroySrq { srqn } => {
+            R::Verb(V::DestroySrq(DestroySrq { srqn })) => {
                 d.call(DestroySrq {
                     srqn: self.srq(srqn)?,
                 })?;

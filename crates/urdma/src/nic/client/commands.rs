@@ -1,8 +1,10 @@
 //! The engine commands a driver runs at the NIC, as requests to the
 //! agent, and the SRQs they make and resize.
 
-use super::{done, number, unexpected, AgentLink, QpMirror, SrqMirror};
-use crate::engine::command::{AbandonQp, Command, DestroyQp, Reply};
+use super::{number, unexpected, AgentLink, QpMirror, SrqMirror};
+use crate::engine::command::{
+    AbandonQp, Command, CreateSrq, DeregMr, DestroyQp, ModifySrq, Reply, Verb,
+};
 use crate::error::{Error, Result};
 use crate::mem::MemRegion;
 use crate::mr::MrEntry;
@@ -13,20 +15,26 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, RwLock};
 
 impl AgentLink {
-    /// Run an engine command at the NIC.
+    /// Run a command that is plain data at the NIC, as it is, and take
+    /// its answer.
+    fn verb(&self, v: Verb, fds: &[std::os::fd::RawFd]) -> Result<Reply> {
+        Ok(match self.request(&Request::Verb(v), fds)? {
+            Value::Number(n) => Reply::Number(n),
+            Value::Done => Reply::Done(()),
+            Value::QpAttr(a) => Reply::QpAttr(a),
+            Value::SrqAttr(a) => Reply::SrqAttr(a),
+            Value::Flag(f) => Reply::Flag(f),
+            v => return Err(unexpected(v)),
+        })
+    }
+
+    /// Run an engine command at the NIC. Plain-data commands go as they
+    /// are ([`Verb`]); those that hold this process's memory, CQs or
+    /// work requests, or change what the driver mirrors, go their own
+    /// ways.
     pub fn execute(&self, cmd: Command) -> Result<Reply> {
         use Command as C;
         Ok(match cmd {
-            C::AllocPd(_) => Reply::Number(number(self.request(&Request::AllocPd, &[])?)?),
-            C::DeallocPd(c) => done(self.request(&Request::DeallocPd { pd: c.pd }, &[])?)?,
-            C::AllocMw(c) => Reply::Number(number(self.request(
-                &Request::AllocMw {
-                    pd: c.pd,
-                    kind: c.kind,
-                },
-                &[],
-            )?)?),
-            C::DeallocMw(c) => done(self.request(&Request::DeallocMw { rkey: c.rkey }, &[])?)?,
             C::RegMr(c) => {
                 let Some(region) = c.mem.as_any().downcast_ref::<MemRegion>() else {
                     return Err(Error::NotSupported(
@@ -58,7 +66,7 @@ impl AgentLink {
                 Reply::Mr(entry)
             }
             C::DeregMr(c) => {
-                self.request(&Request::DeregMr { key: c.key }, &[])?;
+                self.verb(Verb::DeregMr(DeregMr { key: c.key }), &[])?;
                 let entry = self
                     .mrs
                     .lock()
@@ -116,12 +124,7 @@ impl AgentLink {
                 Reply::Number(qpn)
             }
             C::ModifyQp(c) => {
-                let req = Request::ModifyQp {
-                    qpn: c.qpn,
-                    attr: c.attr,
-                    mask: c.mask.bits(),
-                };
-                let r = self.request(&req, &[]);
+                let r = self.verb(Verb::ModifyQp(c.clone()), &[]);
                 if let Some(m) = self
                     .qps
                     .lock()
@@ -137,47 +140,29 @@ impl AgentLink {
                         }
                     }
                 }
-                done(r?)?
+                r?
             }
-            C::QueryQp(c) => match self.request(&Request::QueryQp { qpn: c.qpn }, &[])? {
-                Value::QpAttr(a) => Reply::QpAttr(a),
-                v => return Err(unexpected(v)),
-            },
             // A driver in a program is the owner: it only destroys.
             C::DestroyQp(DestroyQp { qpn }) | C::AbandonQp(AbandonQp { qpn }) => {
-                self.request(&Request::DestroyQp { qpn }, &[])?;
+                self.verb(Verb::DestroyQp(DestroyQp { qpn }), &[])?;
                 self.qps
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&qpn);
                 Reply::Done(())
             }
-            C::CqInUse(c) => match self.request(&Request::CqInUse { cqn: c.cqn }, &[])? {
-                Value::Flag(f) => Reply::Flag(f),
-                v => return Err(unexpected(v)),
-            },
             C::CreateSrq(c) => Reply::Number(self.create_srq(c.pd, c.attr)?.0),
-            C::ModifySrq(c) => {
-                let req = Request::ModifySrq {
-                    srqn: c.srqn,
-                    max_wr: c.max_wr,
-                    limit: c.limit,
-                };
-                match c.max_wr {
-                    Some(n) => self.resize_srq(c.srqn, n, &req)?,
-                    None => done(self.request(&req, &[])?)?,
-                }
-            }
-            C::QuerySrq(c) => match self.request(&Request::QuerySrq { srqn: c.srqn }, &[])? {
-                Value::SrqAttr(a) => Reply::SrqAttr(a),
-                v => return Err(unexpected(v)),
+            C::ModifySrq(c) => match c.max_wr {
+                Some(n) => self.resize_srq(n, c)?,
+                None => self.verb(Verb::ModifySrq(c), &[])?,
             },
             C::DestroySrq(c) => {
-                self.request(&Request::DestroySrq { srqn: c.srqn }, &[])?;
+                let srqn = c.srqn;
+                self.verb(Verb::DestroySrq(c), &[])?;
                 self.srqs
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .remove(&c.srqn);
+                    .remove(&srqn);
                 Reply::Done(())
             }
             C::PostSend(c) => {
@@ -194,13 +179,19 @@ impl AgentLink {
                     .map_err(|(_, e)| e)?;
                 Reply::Done(())
             }
+            // The driver's own commands: it destroys (above), never abandons.
+            other => match other.into_verb() {
+                Ok(v) => self.verb(v, &[])?,
+                Err(c) => return Err(Error::NotSupported(format!("{c:?} at the NIC agent"))),
+            },
         })
     }
 
-    /// Give SRQ `srqn` a ring of `max_wr` requests with `req` (its
+    /// Give SRQ `c.srqn` a ring of `max_wr` requests with `c` (its
     /// ModifySrq): posts wait meanwhile, then go to the new ring; the NIC
     /// takes what the old one holds first.
-    fn resize_srq(&self, srqn: u32, max_wr: u32, req: &Request) -> Result<Reply> {
+    fn resize_srq(&self, max_wr: u32, c: ModifySrq) -> Result<Reply> {
+        let srqn = c.srqn;
         let m = self
             .srqs
             .lock()
@@ -214,7 +205,7 @@ impl AgentLink {
             .ok_or_else(|| Error::inval("SRQ ring without a descriptor"))?
             .as_raw_fd();
         let mut cur = m.ring.write().unwrap_or_else(|e| e.into_inner());
-        let reply = done(self.request(req, &[fd])?)?;
+        let reply = self.verb(Verb::ModifySrq(c), &[fd])?;
         *cur = Arc::new(ring);
         Ok(reply)
     }
@@ -230,7 +221,10 @@ impl AgentLink {
             .fd()
             .ok_or_else(|| Error::inval("SRQ ring without a descriptor"))?
             .as_raw_fd();
-        match self.request(&Request::CreateSrq { pd, attr }, &[fd])? {
+        match self.request(
+            &Request::Verb(Verb::CreateSrq(CreateSrq { pd, attr })),
+            &[fd],
+        )? {
             Value::Srq(n, a) => {
                 let m = SrqMirror {
                     max_sge: a.max_sge,
