@@ -48,7 +48,7 @@ pub fn device_attr_for(config: &DeviceConfig) -> DeviceAttr {
     attr.sys_image_guid = attr.node_guid;
     // The port MTU follows the interface; an address on no interface
     // (a test's simulated one) keeps the largest.
-    if let Some(mtu) = crate::config::interface_mtu(config.addr).and_then(Mtu::for_netdev) {
+    if let Some(mtu) = crate::netif::interface_mtu(config.addr).and_then(Mtu::for_netdev) {
         attr.port_mtu = mtu;
     }
     attr
@@ -62,7 +62,7 @@ pub const GID_TABLE_LEN: u32 = 16;
 /// interface's IPv6 link-local address first where it has one, then its
 /// address; the other entries are empty.
 pub fn gid_for(config: &DeviceConfig, index: usize) -> Option<Gid> {
-    let link_local = crate::config::link_local_for(config.addr).map(|(ll, _)| IpAddr::V6(ll));
+    let link_local = crate::netif::link_local_for(config.addr).map(|(ll, _)| IpAddr::V6(ll));
     link_local
         .into_iter()
         .chain([config.addr])

@@ -11,7 +11,8 @@
 //! - asynchronous event queues ([`events`]) and the in-process NIC
 //!   interface ([`local_nic`]);
 //! - one configuration for drivers and NIC ([`config`]), the devices it
-//!   names ([`device`]) and the run directory ([`rundir`]); signal
+//!   names ([`device`]), the network interfaces they sit on ([`netif`]) and
+//!   the run directory ([`rundir`]); signal
 //!   handling of helper threads ([`sig`]);
 //! - the ABI urdma.ko shares with user space, generated at build time
 //!   from `kernel/urdma_abi.h` (see `build.rs`; nothing is copied by
@@ -53,6 +54,7 @@ pub mod events;
 pub mod kernel;
 pub mod local_nic;
 pub mod mem;
+pub mod netif;
 pub mod procmem;
 pub mod proto;
 pub mod rundir;

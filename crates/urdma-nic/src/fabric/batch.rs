@@ -199,7 +199,7 @@ impl RecvBatch {
             // SAFETY: the kernel filled addrs[i] with msg_namelen valid bytes.
             let addr = unsafe { socket2::SockAddr::new(self.addrs[i], h.msg_hdr.msg_namelen) };
             // A link-local source carries its scope, which a GID does not.
-            let src = addr.as_socket().map(super::udp::unscoped);
+            let src = addr.as_socket().map(urdma_abi::netif::unscoped);
             let (gro, ce) = self.control(i);
             let step = gro.unwrap_or(SLOT).max(1);
             let (run, single) = match data {

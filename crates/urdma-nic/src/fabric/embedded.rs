@@ -47,16 +47,16 @@ impl EmbeddedNic {
         let local = SocketAddr::new(config.addr, config.port);
         let attr = device_attr_for(&config);
         let engine = Engine::new(local, attr.clone(), None);
-        let link_local = crate::config::link_local_for(config.addr)
+        let link_local = urdma_abi::netif::link_local_for(config.addr)
             .map(|(ll, scope)| SocketAddr::V6(SocketAddrV6::new(ll, config.port, 0, scope)));
         // A device on a link-local address itself binds it in its scope.
         let bind_at = match local {
-            SocketAddr::V6(a) if crate::config::is_link_local(*a.ip()) => {
+            SocketAddr::V6(a) if urdma_abi::netif::is_link_local(*a.ip()) => {
                 SocketAddr::V6(SocketAddrV6::new(
                     *a.ip(),
                     a.port(),
                     0,
-                    crate::config::interface_index(config.addr),
+                    urdma_abi::netif::interface_index(config.addr),
                 ))
             }
             a => a,

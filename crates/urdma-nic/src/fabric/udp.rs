@@ -21,6 +21,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+pub use urdma_abi::netif::unscoped;
 
 /// Socket buffer size asked for (the kernel may grant less).
 const SOCKET_BUFFER: usize = 16 << 20;
@@ -459,14 +460,6 @@ impl UdpDriver {
     /// Next async event, waiting up to `timeout` (None: forever).
     pub fn next_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
         self.events.next(timeout)
-    }
-}
-
-/// `addr` without an IPv6 scope or flow information: as a GID names it.
-pub fn unscoped(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V6(a) => SocketAddr::V6(std::net::SocketAddrV6::new(*a.ip(), a.port(), 0, 0)),
-        a => a,
     }
 }
 

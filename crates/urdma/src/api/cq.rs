@@ -3,9 +3,73 @@
 use super::device::Device;
 use crate::cq::CqShared;
 use crate::error::{Error, Result};
+use crate::nic::Link;
 use crate::types::WorkCompletion;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The device's CQs: made, resized and bound here, where [`Cq`] lives.
+impl Device {
+    /// Create a completion queue holding up to `cqe` completions.
+    pub fn create_cq(&self, cqe: usize) -> Result<Cq> {
+        if cqe == 0 || cqe > self.inner.attr.max_cqe as usize {
+            return Err(crate::Error::inval(format!(
+                "cqe {cqe} outside 1..={}",
+                self.inner.attr.max_cqe
+            )));
+        }
+        let entries = ring_entries(cqe, self.inner.attr.max_cqe as usize);
+        let shared = match &self.inner.link {
+            Link::Embedded(_) => {
+                let cqn = self.inner.next_cqn.fetch_add(1, Ordering::Relaxed);
+                Arc::new(CqShared::new(cqn, entries))
+            }
+            Link::Agent(a) => a.create_cq(entries)?,
+        };
+        Ok(Cq::new(self.clone(), shared))
+    }
+
+    /// Give `cq` a ring for `cqe` completions (see [`Cq::resize`]).
+    pub(crate) fn resize_cq(&self, cq: &CqShared, cqe: usize) -> Result<()> {
+        let max = self.inner.attr.max_cqe as usize;
+        if cqe == 0 || cqe > max {
+            return Err(crate::Error::inval(format!("cqe {cqe} outside 1..={max}")));
+        }
+        let entries = ring_entries(cqe, max);
+        match &self.inner.link {
+            Link::Embedded(_) => {
+                let ring = crate::cq::Ring::new(entries, false)?;
+                let _paused = cq.consumer_pause();
+                cq.replace_ring(ring, false)
+            }
+            Link::Agent(a) => a.resize_cq(cq, entries),
+        }
+    }
+
+    /// Have the NIC raise `cq`'s completion events (if it has a completion
+    /// channel) and its CQ errors (through the agent) on a CQ of the urdma
+    /// kernel module made through uverbs by this process, instead of
+    /// calling the CQ's own notifier. Needs the module's NIC file
+    /// (`/dev/urdma`, root).
+    pub fn bind_cq_to_kernel(
+        &self,
+        cq: &Cq,
+        kernel: crate::nic::kernel::KernelObject,
+    ) -> Result<()> {
+        match &self.inner.link {
+            Link::Embedded(_) => {
+                let notify =
+                    crate::nic::kernel::cq_notifier(kernel, std::process::id()).map_err(|e| {
+                        crate::Error::NotSupported(format!("kernel completion events: {e}"))
+                    })?;
+                cq.shared().set_notifier(Some(notify));
+                Ok(())
+            }
+            Link::Agent(a) => a.bind_cq(cq.cqn(), kernel),
+        }
+    }
+}
 
 /// Empty polls of one embedded device's CQs in a row by one thread after
 /// which its next empty polls move the device's NIC on

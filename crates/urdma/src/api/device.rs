@@ -1,19 +1,16 @@
 //! Devices: an engine bound to an IP address and UDP port.
 
-use super::cq::Cq;
-use super::mr::Pd;
-use crate::cq::CqShared;
 pub use crate::device::{
     device_attr_for, gid_for, node_guid, port_attr_for, DeviceConfig, GID_TABLE_LEN,
 };
-use crate::engine::command::{AllocPd, Request};
+use crate::engine::command::Request;
 use crate::engine::Counters;
 use crate::error::Result;
 use crate::nic::{client::AgentLink, Link};
 use crate::types::AsyncEvent;
 use crate::verbs::{DeviceAttr, Gid, PortAttr};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +18,7 @@ pub(crate) struct DeviceInner {
     pub(crate) config: DeviceConfig,
     pub(crate) link: Link,
     pub(crate) attr: DeviceAttr,
-    next_cqn: AtomicU32,
+    pub(crate) next_cqn: AtomicU32,
     /// The NIC inside this process, for an embedded device; it closes
     /// with the device.
     _embedded: Option<Box<dyn std::any::Any + Send + Sync>>,
@@ -174,71 +171,6 @@ impl Device {
     /// entries, of which [`Device::gid`] 0 is set).
     pub fn port_attr(&self) -> PortAttr {
         port_attr_for(&self.inner.attr)
-    }
-
-    /// Allocate a protection domain.
-    pub fn alloc_pd(&self) -> Result<Pd> {
-        let pdn = self.call(AllocPd {})?;
-        Ok(Pd::new(self.clone(), pdn))
-    }
-
-    /// Create a completion queue holding up to `cqe` completions.
-    pub fn create_cq(&self, cqe: usize) -> Result<Cq> {
-        if cqe == 0 || cqe > self.inner.attr.max_cqe as usize {
-            return Err(crate::Error::inval(format!(
-                "cqe {cqe} outside 1..={}",
-                self.inner.attr.max_cqe
-            )));
-        }
-        let entries = super::cq::ring_entries(cqe, self.inner.attr.max_cqe as usize);
-        let shared = match &self.inner.link {
-            Link::Embedded(_) => {
-                let cqn = self.inner.next_cqn.fetch_add(1, Ordering::Relaxed);
-                Arc::new(CqShared::new(cqn, entries))
-            }
-            Link::Agent(a) => a.create_cq(entries)?,
-        };
-        Ok(Cq::new(self.clone(), shared))
-    }
-
-    /// Give `cq` a ring for `cqe` completions (see [`Cq::resize`]).
-    pub(crate) fn resize_cq(&self, cq: &CqShared, cqe: usize) -> Result<()> {
-        let max = self.inner.attr.max_cqe as usize;
-        if cqe == 0 || cqe > max {
-            return Err(crate::Error::inval(format!("cqe {cqe} outside 1..={max}")));
-        }
-        let entries = super::cq::ring_entries(cqe, max);
-        match &self.inner.link {
-            Link::Embedded(_) => {
-                let ring = crate::cq::Ring::new(entries, false)?;
-                let _paused = cq.consumer_pause();
-                cq.replace_ring(ring, false)
-            }
-            Link::Agent(a) => a.resize_cq(cq, entries),
-        }
-    }
-
-    /// Have the NIC raise `cq`'s completion events (if it has a completion
-    /// channel) and its CQ errors (through the agent) on a CQ of the urdma
-    /// kernel module made through uverbs by this process, instead of
-    /// calling the CQ's own notifier. Needs the module's NIC file
-    /// (`/dev/urdma`, root).
-    pub fn bind_cq_to_kernel(
-        &self,
-        cq: &Cq,
-        kernel: crate::nic::kernel::KernelObject,
-    ) -> Result<()> {
-        match &self.inner.link {
-            Link::Embedded(_) => {
-                let notify =
-                    crate::nic::kernel::cq_notifier(kernel, std::process::id()).map_err(|e| {
-                        crate::Error::NotSupported(format!("kernel completion events: {e}"))
-                    })?;
-                cq.shared().set_notifier(Some(notify));
-                Ok(())
-            }
-            Link::Agent(a) => a.bind_cq(cq.cqn(), kernel),
-        }
     }
 
     /// Have the NIC raise the asynchronous events of QP or SRQ `obj` on

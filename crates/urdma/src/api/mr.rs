@@ -1,7 +1,7 @@
 //! Protection domains and memory regions.
 
 use super::device::Device;
-use crate::engine::command::{DeallocPd, DeregMr, RegMr};
+use crate::engine::command::{AllocPd, DeallocPd, DeregMr, RegMr};
 use crate::engine::SgEntry;
 use crate::error::{Error, Result};
 use crate::mem::MemRegion;
@@ -9,6 +9,15 @@ use crate::mr::MrEntry;
 use crate::types::AccessFlags;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+
+/// The device's protection domains.
+impl Device {
+    /// Allocate a protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        let pdn = self.call(AllocPd {})?;
+        Ok(Pd::new(self.clone(), pdn))
+    }
+}
 
 struct PdInner {
     dev: Device,
