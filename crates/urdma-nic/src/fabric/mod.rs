@@ -4,6 +4,5 @@ pub(crate) mod alarm;
 pub mod batch;
 pub mod capture;
 pub mod embedded;
-pub mod loopback;
 pub mod stats;
 pub mod udp;

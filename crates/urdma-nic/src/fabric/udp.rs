@@ -4,12 +4,12 @@
 //! engine produces. Threads that spin on an empty CQ of an embedded
 //! device take its datagrams too ([`UdpDriver::progress`]).
 
+pub mod loopback;
 mod received;
 mod rx_thread;
 mod send;
 
 use super::batch::RecvBatch;
-use super::loopback::{Handed, Inbox, Routed};
 use super::stats;
 use crate::engine::command::Request;
 use crate::engine::dma::whole;
@@ -17,6 +17,7 @@ use crate::engine::{Counter, Engine, GsiDatagram};
 pub use crate::events::EventNotifier;
 use crate::events::EventQueue;
 use crate::types::AsyncEvent;
+use loopback::{Handed, Inbox, Routed};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -93,9 +94,9 @@ pub struct UdpDriver {
 
 impl Drop for UdpDriver {
     fn drop(&mut self) {
-        super::loopback::detach(self.local, self);
+        loopback::detach(self.local, self);
         if let Some(a) = self.second_local {
-            super::loopback::detach(a, self);
+            loopback::detach(a, self);
         }
     }
 }
@@ -181,9 +182,7 @@ impl UdpDriver {
         mut engine: Engine,
     ) -> std::io::Result<Arc<Self>> {
         engine.set_selective(crate::config::selective());
-        engine.set_internal_peer_test(std::sync::Arc::new(|peer| {
-            super::loopback::lookup(peer).is_some()
-        }));
+        engine.set_internal_peer_test(std::sync::Arc::new(|peer| loopback::lookup(peer).is_some()));
         let (socket, ecn) = make_socket(local)?;
         engine.set_ecn(ecn);
         // The kernel may have granted less than asked (without
@@ -242,7 +241,7 @@ impl UdpDriver {
             polled_rx: AtomicU64::new(0),
             polled_batches: AtomicU64::new(0),
         });
-        super::loopback::attach(&driver);
+        loopback::attach(&driver);
         Ok(driver)
     }
 
@@ -413,7 +412,7 @@ impl UdpDriver {
     fn take_own_inbox(&self) {
         if self.inbox.is_pending() {
             if let Some(me) = self.me.upgrade() {
-                super::loopback::run_inline(me);
+                loopback::run_inline(me);
             }
         }
     }

@@ -11,7 +11,7 @@ use crate::cm::CmOp;
 /// serves is left alone. A device opened here stays open for the agent's
 /// life, as `--open-all` keeps its devices. For a request of user `uid`,
 /// only a device that user may open ([`crate::config::permit_device`]).
-pub(crate) fn answer_for_local_peer(nic: &super::agent::Nic, op: &CmOp, uid: u32) {
+pub(crate) fn answer_for_local_peer(nic: &super::devices::Nic, op: &CmOp, uid: u32) {
     let peer = match op {
         CmOp::Connect(p) => p.peer,
         CmOp::Resolve(p) => p.peer,

@@ -1,8 +1,8 @@
 //! Which session a device's CM events go to: the owner of the connection,
 //! or for a new connection request the session listening on its service.
 
+use super::event_sink::EventSink;
 use super::proto::Event;
-use super::session::EventSink;
 use crate::cm::{CmEvent, ConnId};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};

@@ -14,6 +14,8 @@ pub mod acceptor;
 pub mod agent;
 mod cm_local;
 pub mod cm_routes;
+pub mod devices;
+pub mod event_sink;
 pub mod kernel_chan;
 pub mod kernel_rc;
 pub mod memfile;

@@ -7,9 +7,10 @@ mod doorbells;
 mod objects;
 mod queues;
 
-use super::agent::AgentDevice;
-use super::proto::{Event, Request, Value, WireError};
-use super::{channel, proto};
+use super::devices::AgentDevice;
+use super::event_sink::EventSink;
+use super::proto;
+use super::proto::{Request, Value, WireError};
 use crate::cm::CmOp;
 use crate::cq::CqShared;
 use crate::engine::command::{AbandonQp, DeallocMw, DeallocPd, DeregMr, DestroySrq};
@@ -30,28 +31,6 @@ const MAX_POLLED_RINGS: usize = 64;
 
 /// CQ numbers a session may hold reserved before it creates the CQs.
 const MAX_RESERVED_CQS: usize = 16;
-
-/// Where a session's events go.
-pub struct EventSink {
-    fd: OwnedFd,
-}
-
-impl EventSink {
-    /// Events to the driver at the other end of `fd`.
-    pub fn new(fd: OwnedFd) -> Self {
-        // Room for thousands of events of a driver that reads them late.
-        channel::grow_send_buffer(&fd, 4 << 20);
-        EventSink { fd }
-    }
-
-    /// Send an event; one the driver has no room for is dropped and logged.
-    pub fn send(&self, ev: &Event) {
-        let sent = proto::encode(ev).and_then(|m| channel::try_send(&self.fd, &m));
-        if let Err(e) = sent {
-            tracing::debug!(error = %e, ?ev, "event not delivered");
-        }
-    }
-}
 
 /// A connected driver.
 pub struct Session {
@@ -148,7 +127,7 @@ impl Session {
     /// Send `obj`'s asynchronous events to the kernel's `kernel`.
     fn route_to_kernel(
         &self,
-        dev: &super::agent::AgentDevice,
+        dev: &super::devices::AgentDevice,
         obj: urdma_abi::proto::Object,
         kernel: super::kernel::KernelObject,
     ) -> Result<Value> {
@@ -169,7 +148,7 @@ impl Session {
     /// Posts answer `None`.
     pub fn handle(
         &mut self,
-        nic: &super::agent::Nic,
+        nic: &super::devices::Nic,
         req: Request,
         fds: &mut Vec<OwnedFd>,
     ) -> Option<proto::Response> {
@@ -204,7 +183,7 @@ impl Session {
 
     fn run(
         &mut self,
-        nic: &super::agent::Nic,
+        nic: &super::devices::Nic,
         req: Request,
         fds: &mut Vec<OwnedFd>,
     ) -> Result<Value> {

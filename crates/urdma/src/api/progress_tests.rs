@@ -5,7 +5,7 @@ use super::write_pair::{config, driver, WritePair};
 use crate::{Cq, Device, SendWr, WcStatus, WorkCompletion};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
-use urdma_nic::fabric::loopback;
+use urdma_nic::fabric::udp::loopback;
 
 /// Device `a` (at `a_addr`) with no receive thread and device `b`, a QP
 /// pair between them, both devices off internal loopback: they reach

@@ -22,9 +22,9 @@ impl UdpDriver {
     /// by internal loopback.
     pub fn stop(&self) {
         self.shutdown.store(true, Ordering::Release);
-        super::super::loopback::detach(self.local, self);
+        super::loopback::detach(self.local, self);
         if let Some(a) = self.second_local {
-            super::super::loopback::detach(a, self);
+            super::loopback::detach(a, self);
         }
         self.wake();
     }

@@ -76,8 +76,8 @@ impl UdpDriver {
         let mut targets: smallvec::SmallVec<[_; 4]> = smallvec::SmallVec::new();
         for (target, to, datagrams) in internal {
             // Never to this device itself: its inbox is drained below.
-            let many = super::super::loopback::hand_off(&datagrams)
-                && !std::ptr::eq(Arc::as_ptr(&target), self);
+            let many =
+                super::loopback::hand_off(&datagrams) && !std::ptr::eq(Arc::as_ptr(&target), self);
             target.inbox.push(self.local_for(to), datagrams);
             targets.push((target, many));
         }
@@ -106,7 +106,7 @@ impl UdpDriver {
             if many {
                 target.wake_for_inbox();
             } else {
-                super::super::loopback::run_inline(target);
+                super::loopback::run_inline(target);
             }
         }
         self.take_own_inbox();

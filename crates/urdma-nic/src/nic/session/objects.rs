@@ -7,7 +7,7 @@ use crate::engine::command::{AllocMw, AllocPd, CqInUse, DeallocMw, DeallocPd, De
 use crate::engine::mw;
 use crate::error::{Error, Result};
 use crate::mem::MemRegion;
-use crate::nic::agent::AgentDevice;
+use crate::nic::devices::AgentDevice;
 use crate::proto::{Event, Request, Value};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;

@@ -8,7 +8,7 @@ use crate::engine::command::{
 };
 use crate::engine::QpRings;
 use crate::error::{Error, Result};
-use crate::nic::agent::AgentDevice;
+use crate::nic::devices::AgentDevice;
 use crate::proto::{Request, Value};
 use crate::types::QpAttrMask;
 use crate::verbs::QpCap;

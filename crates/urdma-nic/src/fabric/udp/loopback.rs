@@ -7,7 +7,7 @@
 //! `URDMA_LOOPBACK=udp` turns it off (every datagram then takes the UDP
 //! socket, as between hosts).
 
-use super::udp::UdpDriver;
+use super::UdpDriver;
 use crate::engine::dma::DmaSource;
 use crate::engine::Transmit;
 use rustc_hash::FxHashMap as HashMap;
