@@ -6,9 +6,10 @@
 //! the time, and returns datagrams to send, completions and timer
 //! deadlines. It reaches registered memory through [`memory::Memory`],
 //! puts completions into [`sink::CompletionSink`]s and takes work requests
-//! from [`work::WorkSource`]s; the NIC (the `urdma` crate) implements them
-//! over shared memory and other processes' memory, the simulator
-//! ([`sim`], feature `sim`) and the tests over plain buffers.
+//! from [`work::WorkSource`]s; the NIC (the `urdma-abi` and `urdma-nic`
+//! crates) implements them over shared memory and other processes'
+//! memory, the simulator (module `sim`, with feature `sim`) and the tests
+//! over plain buffers.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -7,6 +7,15 @@ use crate::types::AccessFlags;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
+/// Top byte of the keys of kernel MRs (`URDMA_KERNEL_KEY_TAG`): the
+/// engine never gives its own regions such keys.
+pub const KERNEL_KEY_TAG: u32 = 0xfe;
+
+/// True for a key of the kernel's key space.
+pub fn is_kernel_key(key: u32) -> bool {
+    key >> 24 == KERNEL_KEY_TAG
+}
+
 /// Registered regions by key (L_Key and R_Key are equal).
 pub type MrTable = HashMap<u32, Arc<MrEntry>>;
 

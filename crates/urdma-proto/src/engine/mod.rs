@@ -20,7 +20,9 @@ pub mod mw;
 mod objects;
 pub(crate) mod psn;
 pub(crate) mod qp;
+mod qp_flush;
 pub mod rate;
+mod request;
 pub(crate) mod requester;
 mod responder;
 pub(crate) mod rings;
@@ -38,9 +40,9 @@ pub use objects::{
     check_recv_request, check_recv_sges, check_send_request, is_kernel_key, RecvRequest, SendData,
     SendLimits, SendRequest, SgEntry, KERNEL_KEY_TAG,
 };
+pub use qp::QpRings;
 pub use qp::MIN_ACK_TIMEOUT_NS;
 pub use requester::{CONTROLLED_QKEY, WINDOW};
-pub use rings::QpRings;
 pub use srq::SrqAttr;
 pub use transmit::Transmit;
 pub use wqe::{SendOp, UdDest};

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 /// Path MTU of a new QP: UD QPs are never given one (no transition takes
 /// it), so they use the port's MTU.
-fn default_mtu(qp_type: QpType, port_mtu: crate::types::Mtu) -> crate::types::Mtu {
+pub(super) fn default_mtu(qp_type: QpType, port_mtu: crate::types::Mtu) -> crate::types::Mtu {
     match qp_type {
         QpType::Ud => port_mtu,
         _ => crate::types::Mtu::Mtu1024.min(port_mtu),
@@ -41,6 +41,15 @@ impl ReqState {
     }
 }
 
+/// The shared work queues of a QP whose driver runs in another process.
+#[derive(Debug, Default)]
+pub struct QpRings {
+    /// Send queue.
+    pub sq: Option<Arc<dyn crate::work::WorkSource>>,
+    /// Receive queue (None with an SRQ).
+    pub rq: Option<Arc<dyn crate::work::WorkSource>>,
+}
+
 /// Requester (send side) state of a QP.
 #[derive(Debug, Default)]
 pub(crate) struct ReqState {
@@ -51,7 +60,7 @@ pub(crate) struct ReqState {
     /// Index in `sq` of the WQE being transmitted.
     pub send_pos: usize,
     /// Payload of the message being sent, read ahead of its packets.
-    pub stage: super::requester::Stage,
+    pub stage: super::requester::stage::Stage,
     /// PSNs of `sq[send_pos]` already transmitted.
     pub send_pkt: u32,
     /// Oldest unacknowledged PSN.
@@ -99,7 +108,7 @@ pub(crate) struct ReqState {
     /// Requests posted behind a local operation (bind, invalidate) that
     /// waits for the SQ to empty, in posting order (see
     /// [`super::local_ops`]).
-    pub held: VecDeque<super::objects::SendRequest>,
+    pub held: VecDeque<super::request::SendRequest>,
     /// Whether the requests sent so far stand ([`super::dma::Liveness`]):
     /// replaced when the send queue is flushed, and ended with the state.
     pub live: super::dma::Liveness,
@@ -153,12 +162,12 @@ pub(crate) struct RespState {
     pub dup_read_answered: Option<(u32, u64)>,
     /// Requests received after a lost one, kept until it comes again
     /// (selective retransmission).
-    pub held: super::responder::Held,
+    pub held: super::responder::state::Held,
     /// The peer's last request carried the selective mark: ACKs and NAKs
     /// carry it back.
     pub peer_marks: bool,
     /// Responses waiting behind a READ still being answered.
-    pub out: super::responder::Outbound,
+    pub out: super::responder::state::Outbound,
 }
 
 /// Everything the engine knows about one QP.
@@ -197,7 +206,7 @@ pub(crate) struct QpCtx {
     /// Active MTU of the device's port: the largest path MTU, and UD's.
     pub port_mtu: crate::types::Mtu,
     /// Work queues in the memory of a driver in another process.
-    pub rings: super::rings::QpRings,
+    pub rings: QpRings,
     /// The peer is served by the same NIC: packets carry
     /// [`super::INTERNAL_UNIT`] bytes instead of the path MTU.
     pub internal: bool,
@@ -356,68 +365,6 @@ impl QpCtx {
         if report {
             self.push_wc(cx, wc, false, false);
         }
-    }
-
-    /// Move to ERR: raise `event` (if any), flush every send and receive WQE.
-    pub(crate) fn enter_error(&mut self, cx: &mut Ctx<'_>, event: Option<AsyncEventKind>) {
-        if self.state() == QpState::Err {
-            return;
-        }
-        tracing::debug!(qpn = self.qpn, ?event, "QP enters ERR");
-        self.attr.qp_state = QpState::Err;
-        if let Some(kind) = event {
-            cx.event(kind, self.qpn);
-        }
-        self.flush(cx);
-    }
-
-    /// Complete every queued WQE with WR_FLUSH_ERR (QP in ERR).
-    pub(crate) fn flush(&mut self, cx: &mut Ctx<'_>) {
-        // Payloads left by reference for what is flushed are not taken.
-        self.req.live = Default::default();
-        super::device_window::sync(self, cx.device_inflight);
-        self.timers.stop_all();
-        self.req.rd_atomic.clear();
-        while !self.req.sq.is_empty() {
-            self.complete_head(cx, WcStatus::WrFlushErr, 0);
-        }
-        super::local_ops::flush_held(self, cx);
-        self.req.send_pos = 0;
-        self.req.send_pkt = 0;
-        self.resp.write = None;
-        self.resp.held.clear();
-        self.resp.out.clear();
-        let mut recvs: Vec<RecvWqe> = Vec::new();
-        if let Some((w, _)) = self.resp.recv.take() {
-            recvs.push(w);
-        }
-        recvs.extend(self.rq.drain(..));
-        if self.srq.is_some() {
-            cx.event(AsyncEventKind::QpLastWqeReached, self.qpn);
-        }
-        for w in recvs {
-            let wc = WorkCompletion::new(w.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
-            drop(w);
-            self.push_wc(cx, wc, true, false);
-        }
-        super::rings::flush_rings(self, cx);
-    }
-
-    /// Back to RESET: drop all queued work without completions.
-    pub(crate) fn reset(&mut self) {
-        self.req = ReqState::default();
-        self.timers.stop_all();
-        self.resp = RespState::default();
-        self.rq.clear();
-        super::rings::discard(&self.rings);
-        self.remote = None;
-        self.internal = false;
-        let cap = self.cap;
-        self.attr = QpAttr {
-            cap,
-            path_mtu: default_mtu(self.qp_type, self.port_mtu),
-            ..QpAttr::default()
-        };
     }
 }
 

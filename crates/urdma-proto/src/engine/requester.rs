@@ -9,8 +9,8 @@ use super::{device_window, psn, Counter, Ctx, Transmit};
 use crate::types::{AsyncEventKind, QpState, QpType, WcStatus};
 use urdma_wire::{AtomicEth, Bth, Deth, Opcode, PacketRepr, Position, Reth, Transport};
 
-mod stage;
-pub(crate) use stage::Stage;
+pub(crate) mod stage;
+pub(crate) use stage::STAGE_BYTES;
 
 /// Most PSNs outstanding (sent, not acknowledged) per QP.
 pub const WINDOW: u32 = 256;
@@ -24,10 +24,6 @@ pub(crate) const ACK_EVERY: u32 = 32;
 pub(crate) const MIN_ACK_GAP_NS: u64 = 50_000;
 /// Largest READ request, in response packets; longer READs are split.
 pub(crate) const READ_CHUNK: u32 = 64;
-/// Bytes of a message's payload read from registered memory at once for
-/// the packets that follow: one access (a system call when the memory is
-/// another process's) for a run of packets instead of one per packet.
-pub(crate) const STAGE_BYTES: usize = 64 * 1024;
 
 /// Transmit what the window allows. Called after every input.
 pub(crate) fn pump(qp: &mut QpCtx, cx: &mut Ctx<'_>) {

@@ -9,7 +9,7 @@
 //! QP NAKs it and goes to ERR); a malformed ring breaks only its own QP.
 
 use super::objects::{build_recv_wqe, enqueue_failed, enqueue_send};
-use super::qp::QpCtx;
+use super::qp::{QpCtx, QpRings};
 use super::timer::TimerKind;
 use super::wqe::RecvWqe;
 use super::{requester, Ctx, Engine};
@@ -22,15 +22,6 @@ use std::sync::Arc;
 /// Rounds of pulling and re-arming before the engine leaves a ring that
 /// its driver keeps filling to the next doorbell.
 const MAX_ARM_ROUNDS: usize = 64;
-
-/// The shared work queues of a QP whose driver runs in another process.
-#[derive(Debug, Default)]
-pub struct QpRings {
-    /// Send queue.
-    pub sq: Option<Arc<dyn WorkSource>>,
-    /// Receive queue (None with an SRQ).
-    pub rq: Option<Arc<dyn WorkSource>>,
-}
 
 /// A ring that cannot be read any more: the QP goes to ERR.
 fn broken_ring(qp: &mut QpCtx, cx: &mut Ctx<'_>, e: &crate::work::TakeError) {

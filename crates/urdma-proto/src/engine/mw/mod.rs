@@ -263,7 +263,7 @@ impl super::Engine {
             let i: u32 = self.rng.gen::<u32>() >> 8;
             let taken = i == 0
                 || self.mws.contains_key(&i)
-                || super::objects::is_kernel_key(i << 8)
+                || crate::mr::is_kernel_key(i << 8)
                 || (0..=0xffu32).any(|low| self.mrs.contains_key(&((i << 8) | low)));
             if !taken {
                 break i;

@@ -7,7 +7,6 @@ mod wr;
 
 use super::command::CreateQp;
 use super::qp::QpCtx;
-use super::wqe::{SendOp, UdDest};
 use super::{requester, Engine};
 use crate::error::{Error, Result};
 use crate::memory::Memory;
@@ -20,70 +19,10 @@ use crate::verbs::QpAttr;
 use std::sync::Arc;
 use urdma_wire::QPN_MASK;
 
+pub use super::request::{RecvRequest, SendData, SendRequest, SgEntry};
+pub use crate::mr::{is_kernel_key, KERNEL_KEY_TAG};
 pub(crate) use wr::{build_recv_wqe, enqueue_failed, enqueue_send, queue_send};
 pub use wr::{check_recv_request, check_recv_sges, check_send_request, SendLimits};
-
-/// One scatter/gather element as a verbs caller gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SgEntry {
-    /// Virtual address (in the MR's IOVA space).
-    pub addr: u64,
-    /// Length in bytes.
-    pub length: u32,
-    /// Local key.
-    pub lkey: u32,
-}
-
-/// Data of a send request.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum SendData {
-    /// Gather list of registered memory.
-    Sges(Vec<SgEntry>),
-    /// Inline bytes (copied at post time).
-    Inline(Vec<u8>),
-}
-
-/// A send work request (`ibv_send_wr`) as the engine takes it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SendRequest {
-    /// Caller's identifier.
-    pub wr_id: u64,
-    /// Operation.
-    pub op: SendOp,
-    /// Local data.
-    pub data: SendData,
-    /// Remote VA (WRITE, READ, atomics).
-    pub remote_va: u64,
-    /// Remote key.
-    pub rkey: u32,
-    /// Generate a completion.
-    pub signaled: bool,
-    /// Solicited event.
-    pub solicited: bool,
-    /// Destination of a UD send.
-    pub ud: Option<UdDest>,
-    /// Start only once every READ and atomic posted before it has
-    /// completed (`IBV_SEND_FENCE`).
-    pub fence: bool,
-}
-
-/// A receive work request (`ibv_recv_wr`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RecvRequest {
-    /// Caller's identifier.
-    pub wr_id: u64,
-    /// Scatter list.
-    pub sges: Vec<SgEntry>,
-}
-
-/// Top byte of the keys of kernel MRs (`URDMA_KERNEL_KEY_TAG`): the
-/// engine never gives its own regions such keys.
-pub const KERNEL_KEY_TAG: u32 = 0xfe;
-
-/// True for a key of the kernel's key space.
-pub fn is_kernel_key(key: u32) -> bool {
-    key >> 24 == KERNEL_KEY_TAG
-}
 
 /// Largest message (2^31 bytes, as IBTA allows).
 pub(super) const MAX_MSG_SIZE: usize = 1 << 31;

@@ -1,9 +1,13 @@
 //! The requester's [`Stage`]: a message's payload read ahead of its
 //! packets from memory that prefers large reads.
 
-use super::STAGE_BYTES;
 use crate::engine::tx;
 use crate::engine::wqe::SendWqe;
+
+/// Bytes of a message's payload read from registered memory at once for
+/// the packets that follow: one access (a system call when the memory is
+/// another process's) for a run of packets instead of one per packet.
+pub(crate) const STAGE_BYTES: usize = 64 * 1024;
 
 /// Payload of the message being sent, read ahead of its packets when its
 /// memory prefers large reads ([`crate::memory::Memory::prefers_large_reads`]).

@@ -36,6 +36,7 @@ mod execute;
 mod outbound;
 mod reorder;
 mod reply;
+pub(crate) mod state;
 mod ud;
 pub(super) use ud::received_grh;
 
@@ -46,11 +47,11 @@ use check::{Plan, Psn};
 use error::Refusal;
 use urdma_wire::Packet;
 
-pub(super) use outbound::{Outbound, Responding};
+pub(super) use outbound::Responding;
 #[cfg(test)]
 pub(crate) use outbound::{DEVICE_READ_BYTES, PACE_NS, READ_WINDOW};
-pub(super) use reorder::{Held, HeldBudget};
 pub(super) use reply::flush_ack;
+pub(super) use state::HeldBudget;
 
 /// Longest message a request may announce (2^31 bytes, as IBTA allows);
 /// it also keeps a READ's PSN span below half the 24-bit PSN space.

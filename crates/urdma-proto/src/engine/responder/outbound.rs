@@ -26,13 +26,14 @@
 //! payload bytes.
 
 use super::check::{remote_range, Range};
+use super::state::{PendingRead, Queued};
 use crate::engine::dma::DmaSource;
 use crate::engine::qp::QpCtx;
 use crate::engine::requester::STAGE_BYTES;
 use crate::engine::tx::{self, PayloadError, PayloadSrc};
 use crate::engine::{drop_packet, psn, Ctx};
 use crate::types::AccessFlags;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use urdma_wire::{AckSyndrome, Aeth, Bth, Opcode, PacketRepr};
 
 /// Response packets a QP's READs send per pass: as many as the largest
@@ -54,74 +55,6 @@ pub(super) const MAX_QUEUED: usize = 512;
 
 /// The ACK credit field value meaning "no end-to-end credits in use".
 const NO_CREDITS: u8 = 31;
-
-/// The READ responses of one request still to send.
-#[derive(Debug)]
-pub(super) struct PendingRead {
-    /// The R_Key the request named.
-    rkey: u32,
-    /// Address of the first byte of the run.
-    va: u64,
-    /// Bytes of the run.
-    len: usize,
-    /// PSN of the run's first response.
-    first: u32,
-    /// Responses of the run.
-    n: u32,
-    /// Responses sent so far.
-    sent: u32,
-    /// MSN the responses carry.
-    msn: u32,
-    /// First PSN of the request answered (a duplicate's original).
-    request: u32,
-    /// The requester's buffer, filled already, which the responses name
-    /// in place (a device of this NIC).
-    placed: Option<DmaSource>,
-}
-
-/// One response waiting.
-#[derive(Debug)]
-enum Queued {
-    /// READ responses.
-    Read(PendingRead),
-    /// An ACK, NAK or atomic ACK; true for an atomic ACK.
-    Packet(PacketRepr, bool),
-}
-
-impl Queued {
-    /// PSN of the first packet.
-    fn psn(&self) -> u32 {
-        match self {
-            Queued::Read(r) => psn::add(r.first, r.sent),
-            Queued::Packet(repr, _) => repr.bth.psn,
-        }
-    }
-}
-
-/// The responses of a QP waiting behind a READ in progress.
-#[derive(Debug, Default)]
-pub(crate) struct Outbound {
-    queue: VecDeque<Queued>,
-}
-
-impl Outbound {
-    /// Nothing waits.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    /// READ and atomic requests not yet fully answered.
-    pub(crate) fn outstanding(&self) -> usize {
-        (self.queue.iter())
-            .filter(|q| matches!(q, Queued::Read(_) | Queued::Packet(_, true)))
-            .count()
-    }
-
-    /// Forget every response waiting.
-    pub(crate) fn clear(&mut self) {
-        self.queue.clear();
-    }
-}
 
 /// The QPs of a device with responses pending, the next pass over them,
 /// and what the device may still queue before its transmit queue is

@@ -41,13 +41,11 @@
 
 use super::error::{reject, RespError};
 use super::reply;
+use super::state::{HeldPacket, PACKET_COST};
 use crate::engine::qp::QpCtx;
 use crate::engine::{psn, Counter, Ctx};
 use crate::types::{QpState, QpType};
-use rustc_hash::FxHashMap as HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use urdma_wire::{Packet, PacketRepr};
+use urdma_wire::Packet;
 
 /// Most packets one QP keeps.
 pub(super) const MAX_HELD: usize = crate::engine::requester::SELECTIVE_SPAN as usize;
@@ -57,88 +55,6 @@ pub(super) const MAX_AHEAD: i32 = crate::engine::requester::SELECTIVE_SPAN as i3
 /// requester's loss probe, or its ACK timeout): as many as the longest
 /// UDP GSO run, the packets a lossy link drops together.
 pub(super) const MAX_NAKS: u32 = 64;
-/// What a held packet costs the budget besides its payload: its headers
-/// and its place in the table, so that packets without payload count too.
-const PACKET_COST: usize = 256;
-
-/// The bytes every QP of a device holds, shared by their [`Held`] sets.
-#[derive(Debug, Default)]
-pub(crate) struct HeldBudget(AtomicUsize);
-
-impl HeldBudget {
-    /// Most bytes a device holds for all its QPs.
-    pub(crate) const LIMIT: usize = 64 << 20;
-
-    /// Take `n` bytes if the limit allows.
-    fn take(&self, n: usize) -> bool {
-        self.0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-                used.checked_add(n).filter(|&u| u <= Self::LIMIT)
-            })
-            .is_ok()
-    }
-
-    fn give_back(&self, n: usize) {
-        self.0.fetch_sub(n, Ordering::Relaxed);
-    }
-
-    /// Bytes held now.
-    #[cfg(test)]
-    fn used(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// A request kept until its turn: its headers and a copy of its payload,
-/// charged to the device's budget until dropped.
-#[derive(Debug)]
-struct HeldPacket {
-    repr: PacketRepr,
-    payload: Box<[u8]>,
-    /// What it is charged to the budget: its payload and [`PACKET_COST`].
-    cost: usize,
-    budget: Arc<HeldBudget>,
-}
-
-impl Drop for HeldPacket {
-    fn drop(&mut self) {
-        self.budget.give_back(self.cost);
-    }
-}
-
-/// The out-of-sequence requests one QP keeps, by PSN.
-#[derive(Debug, Default)]
-pub(crate) struct Held {
-    by_psn: HashMap<u32, HeldPacket>,
-    /// The PSN after the highest one held (meaningful while any is).
-    high: u32,
-    /// Missing PSNs that were NAKed, each with the serial of its last NAK
-    /// (only PSNs between the expected one and `high`).
-    naked: HashMap<u32, u64>,
-    /// Serial of the next NAK.
-    serial: u64,
-}
-
-impl Held {
-    /// While the expected PSN `epsn` is missing and later requests are
-    /// held: the PSN after the highest one held.
-    pub(super) fn gap_reach(&self, epsn: u32) -> Option<u32> {
-        let gap = !self.by_psn.is_empty() && !self.by_psn.contains_key(&epsn);
-        gap.then_some(self.high)
-    }
-
-    /// True if nothing is held.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.by_psn.is_empty()
-    }
-
-    /// Forget everything held.
-    pub(crate) fn clear(&mut self) {
-        self.by_psn.clear();
-        self.naked.clear();
-    }
-}
-
 /// Keep `pkt`, refused for `kind`, if it is a marked RC request after a
 /// gap and there is room; NAK what it shows missing, as the module says.
 /// Returns false if the packet was not kept (the caller refuses it as
@@ -271,39 +187,5 @@ pub(super) fn release(qp: &mut QpCtx, cx: &mut Ctx<'_>, p: u32) {
     }
     if let Some(serial) = resent {
         renak_older(qp, cx, serial);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use urdma_wire::{Bth, Opcode};
-
-    fn held(budget: &Arc<HeldBudget>, len: usize) -> HeldPacket {
-        assert!(budget.take(len));
-        HeldPacket {
-            repr: PacketRepr::new(Bth::new(Opcode::RcSendOnly, 1, 2)),
-            payload: vec![0; len].into(),
-            cost: len,
-            budget: budget.clone(),
-        }
-    }
-
-    #[test]
-    fn the_budget_bounds_the_device_and_comes_back_with_the_packets() {
-        let budget = Arc::new(HeldBudget::default());
-        let a = held(&budget, 4096);
-        let b = held(&budget, 100);
-        assert_eq!(budget.used(), 4196);
-        assert!(!budget.take(HeldBudget::LIMIT - 4196 + 1));
-        assert!(budget.take(HeldBudget::LIMIT - 4196));
-        budget.give_back(HeldBudget::LIMIT - 4196);
-        drop(a);
-        assert_eq!(budget.used(), 100);
-        let mut set = Held::default();
-        set.by_psn.insert(2, b);
-        set.clear();
-        assert!(set.is_empty());
-        assert_eq!(budget.used(), 0);
     }
 }
