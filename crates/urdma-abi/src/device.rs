@@ -58,7 +58,7 @@ pub fn device_attr_for(config: &DeviceConfig) -> DeviceAttr {
 pub const GID_TABLE_LEN: u32 = 16;
 
 /// The GID at `index` of port 1's table of a device on `config`, as the
-/// device lays it out when it opens (see [`crate::Device::gid_addrs`]): its
+/// device lays it out when it opens (see `urdma::Device::gid_addrs`): its
 /// interface's IPv6 link-local address first where it has one, then its
 /// address; the other entries are empty.
 pub fn gid_for(config: &DeviceConfig, index: usize) -> Option<Gid> {

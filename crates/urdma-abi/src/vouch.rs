@@ -4,7 +4,7 @@
 //! docs/urdma-run.md, "The device view") sees every user but its own as
 //! the overflow user (`nobody`): the peer credentials of root's agent and
 //! the owner of the service's socket file both read as that user, so the
-//! checks of [`super::spawn`] would refuse the agent. `urdma run` checks
+//! checks of `urdma::nic::spawn` would refuse the agent. `urdma run` checks
 //! the agent from outside the namespace first, and when it is root's,
 //! names that very process (its id and start time, which no later
 //! process shares) in [`VOUCH_ENV`]; a driver inside then accepts an
