@@ -11,6 +11,8 @@
 //! it ([`crate::engine::Engine::set_kernel_gsi`]). The kernel's RC QPs and
 //! MRs are served by [`kernel_rc`].
 
+pub use super::kernel_msg::BadMessage;
+use super::kernel_msg::{gid_at, header, put, u16_at, u32_at, u64_at};
 use super::kernel_rc::{self, KernelQps, KernelRc, RcMessage};
 use crate::engine::{GsiDatagram, GsiSend};
 use crate::fabric::udp::UdpDriver;
@@ -53,21 +55,6 @@ const STOP_POLL: Duration = Duration::from_millis(200);
 
 nix::ioctl_readwrite_bad!(ioc_attach, abi::URDMA_IOC_ATTACH, abi::urdma_attach);
 
-/// A malformed message from the kernel.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("bad message from the kernel at byte {at}: {why}")]
-pub struct BadMessage {
-    at: usize,
-    why: &'static str,
-}
-
-impl BadMessage {
-    /// The message at byte `at` is bad: `why`.
-    pub(super) fn new(at: usize, why: &'static str) -> Self {
-        BadMessage { at, why }
-    }
-}
-
 /// A message of the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelMessage {
@@ -100,35 +87,12 @@ pub struct UdSend {
     pub payload: Vec<u8>,
 }
 
-pub(super) fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_ne_bytes([b[at], b[at + 1]])
-}
-
-pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-pub(super) fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-pub(super) fn gid_at(b: &[u8], at: usize) -> Gid {
-    let mut raw = [0u8; 16];
-    raw.copy_from_slice(&b[at..at + 16]);
-    Gid(raw)
-}
-
-/// Write `v` at byte `at` of a message being built.
-pub(super) fn put(m: &mut [u8], at: usize, v: &[u8]) {
-    m[at..at + v.len()].copy_from_slice(v);
-}
-
 /// Parse what one read returned: whole messages.
 pub fn parse_messages(buf: &[u8]) -> Result<Vec<KernelMessage>, BadMessage> {
     let mut out = Vec::new();
     let mut at = 0;
     while at < buf.len() {
-        let bad = |why| BadMessage { at, why };
+        let bad = |why| BadMessage::new(at, why);
         let m = &buf[at..];
         if m.len() < HDR_LEN {
             return Err(bad("truncated header"));
@@ -167,17 +131,6 @@ pub fn parse_messages(buf: &[u8]) -> Result<Vec<KernelMessage>, BadMessage> {
         at += len;
     }
     Ok(out)
-}
-
-/// A message of type `kind` and `len` bytes for `qpn`: its header, then
-/// zeroes.
-pub(super) fn header(kind: u16, len: usize, qpn: u32) -> Vec<u8> {
-    type H = urdma_msg_hdr;
-    let mut m = vec![0; len];
-    put(&mut m, offset_of!(H, type_), &kind.to_ne_bytes());
-    put(&mut m, offset_of!(H, len), &(len as u16).to_ne_bytes());
-    put(&mut m, offset_of!(H, qpn), &qpn.to_ne_bytes());
-    m
 }
 
 /// `struct urdma_msg_send_done`: the sends of `qpn` up to `handle` are

@@ -17,6 +17,7 @@ pub mod cm_routes;
 pub mod devices;
 pub mod event_sink;
 pub mod kernel_chan;
+mod kernel_msg;
 pub mod kernel_rc;
 pub mod memfile;
 pub mod session;

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::engine::SgEntry;
-use crate::nic::kernel_chan::{header, put, u16_at, u32_at};
+use crate::nic::kernel_msg::{header, put, u16_at, u32_at};
 use crate::verbs::Gid;
 use std::mem::offset_of;
 use urdma_abi::{urdma_msg_post, urdma_msg_reply, urdma_msg_request, urdma_msg_sge, urdma_msg_wc};

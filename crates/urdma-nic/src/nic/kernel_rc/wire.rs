@@ -4,7 +4,7 @@
 //! completions.
 
 use crate::engine::SgEntry;
-use crate::nic::kernel_chan::{gid_at, header, put, u16_at, u32_at, u64_at, BadMessage};
+use crate::nic::kernel_msg::{gid_at, header, put, u16_at, u32_at, u64_at, BadMessage};
 use crate::types::{AccessFlags, Mtu, QpState, WcOpcode, WcStatus};
 use crate::verbs::{QpAttr, QpCap};
 use std::mem::{offset_of, size_of};
