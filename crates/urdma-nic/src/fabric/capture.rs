@@ -22,7 +22,7 @@ use etherparse::{IpHeaders, IpNumber, Ipv4Header, PacketBuilder};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 use urdma_wire::Ipv4Ident;
 
@@ -195,6 +195,35 @@ pub fn frame(
     let mut out = Vec::with_capacity(udp.size(payload.len()));
     udp.write(&mut out, payload).ok()?;
     Some(out)
+}
+
+/// The captures a device's traffic goes to: the process's own
+/// (`URDMA_PCAP`, [`global`]) and those attached to the device (by the
+/// shared NIC's drivers, [`crate::proto::Request::Capture`]).
+#[derive(Default)]
+pub struct Captures(Mutex<Vec<Arc<Capture>>>);
+
+impl Captures {
+    /// Run `f` on every capture.
+    pub fn each(&self, f: impl Fn(&Capture)) {
+        if let Some(cap) = global() {
+            f(cap);
+        }
+        for cap in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            f(cap);
+        }
+    }
+
+    /// Capture into `cap` too, until detached.
+    pub fn attach(&self, cap: Arc<Capture>) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(cap);
+    }
+
+    /// Stop capturing into `cap` (flushing it).
+    pub fn detach(&self, cap: &Arc<Capture>) {
+        cap.flush();
+        (self.0.lock().unwrap_or_else(|e| e.into_inner())).retain(|c| !Arc::ptr_eq(c, cap));
+    }
 }
 
 /// The capture of the NICs inside this process, opened on first use from

@@ -50,19 +50,12 @@ pub struct UdpDriver {
     gids: Vec<SocketAddr>,
     epoch: Instant,
     shutdown: AtomicBool,
-    /// Deadline (ns) the receive thread sleeps until; u64::MAX = no
-    /// deadline, 0 = awake.
-    sleeping_until: AtomicU64,
-    /// Deadline (ns) the receive thread's own sleep ends at (its wait's
-    /// timeout; u64::MAX = none). A timer set nearer than that by another
-    /// thread can be taken back once its deadline is gone.
-    own_wake: AtomicU64,
-    /// Times the receive thread slept in the kernel and woke.
-    rx_wakeups: AtomicU64,
+    /// The receive thread's sleep and what wakes it.
+    wake: Wake,
     events: EventQueue,
     cm_events: EventQueue<crate::cm::CmEvent>,
-    /// Captures attached besides the process's own (drivers of the shared NIC).
-    captures: Mutex<Vec<Arc<super::capture::Capture>>>,
+    /// Where the device's traffic is captured.
+    captures: super::capture::Captures,
     /// Who holds what on the device (the shared NIC's sessions).
     holders: Mutex<Option<Holders>>,
     /// The holders changed since the counters were last published.
@@ -73,13 +66,6 @@ pub struct UdpDriver {
     inbox: Inbox,
     /// This driver, for handing itself to the loopback path.
     me: std::sync::Weak<UdpDriver>,
-    /// The receive thread sleeps in the kernel: a datagram put in the
-    /// inbox must wake it.
-    parked: AtomicBool,
-    /// Wakes the receive thread, now or at a deadline.
-    alarm: super::alarm::Alarm,
-    /// Held while the alarm's timer is set (see `arm_alarm`).
-    arming: Mutex<()>,
     /// The receive buffers, held by whichever thread takes datagrams from
     /// the socket (the receive thread, or a program's thread polling an
     /// empty CQ, see [`UdpDriver::progress`]) until the engine has
@@ -90,6 +76,26 @@ pub struct UdpDriver {
     polled_rx: AtomicU64,
     /// Batches of datagrams polling threads took.
     polled_batches: AtomicU64,
+}
+
+/// The receive thread's sleep, and what wakes it.
+struct Wake {
+    /// Deadline (ns) the receive thread sleeps until; u64::MAX = no
+    /// deadline, 0 = awake.
+    sleeping_until: AtomicU64,
+    /// Deadline (ns) the receive thread's own sleep ends at (its wait's
+    /// timeout; u64::MAX = none). A timer set nearer than that by another
+    /// thread can be taken back once its deadline is gone.
+    own_wake: AtomicU64,
+    /// Times the receive thread slept in the kernel and woke.
+    rx_wakeups: AtomicU64,
+    /// The receive thread sleeps in the kernel: a datagram put in the
+    /// inbox must wake it.
+    parked: AtomicBool,
+    /// Wakes the receive thread, now or at a deadline.
+    alarm: super::alarm::Alarm,
+    /// Held while the alarm's timer is set (see `arm_alarm`).
+    arming: Mutex<()>,
 }
 
 impl Drop for UdpDriver {
@@ -223,20 +229,22 @@ impl UdpDriver {
             gids,
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
-            sleeping_until: AtomicU64::new(u64::MAX),
-            own_wake: AtomicU64::new(u64::MAX),
-            rx_wakeups: AtomicU64::new(0),
+            wake: Wake {
+                sleeping_until: AtomicU64::new(u64::MAX),
+                own_wake: AtomicU64::new(u64::MAX),
+                rx_wakeups: AtomicU64::new(0),
+                parked: AtomicBool::new(false),
+                alarm,
+                arming: Mutex::new(()),
+            },
             events: EventQueue::default(),
             cm_events: EventQueue::default(),
-            captures: Mutex::new(Vec::new()),
+            captures: Default::default(),
             holders: Mutex::new(None),
             holders_changed: AtomicBool::new(false),
             kernel_gsi_sink: Mutex::new(None),
             inbox: Inbox::default(),
             me: me.clone(),
-            parked: AtomicBool::new(false),
-            alarm,
-            arming: Mutex::new(()),
             rx: Mutex::new(RecvBatch::new()),
             polled_rx: AtomicU64::new(0),
             polled_batches: AtomicU64::new(0),
@@ -336,30 +344,17 @@ impl UdpDriver {
 
     /// Run `f` on every capture of this device's traffic.
     fn each_capture(&self, f: impl Fn(&super::capture::Capture)) {
-        if let Some(cap) = super::capture::global() {
-            f(cap);
-        }
-        let caps = self.captures.lock().unwrap_or_else(|e| e.into_inner());
-        for cap in caps.iter() {
-            f(cap);
-        }
+        self.captures.each(f);
     }
 
     /// Capture this device's traffic into `cap` too, until detached.
     pub fn attach_capture(&self, cap: Arc<super::capture::Capture>) {
-        self.captures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(cap);
+        self.captures.attach(cap);
     }
 
     /// Stop capturing into `cap` (flushing it).
     pub fn detach_capture(&self, cap: &Arc<super::capture::Capture>) {
-        cap.flush();
-        self.captures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|c| !Arc::ptr_eq(c, cap));
+        self.captures.detach(cap);
     }
 
     /// Handle what the inbox holds on this thread, unless another thread
@@ -420,14 +415,14 @@ impl UdpDriver {
     /// Wake the receive thread if it sleeps in the kernel while datagrams
     /// wait in its inbox.
     pub(crate) fn wake_for_inbox(&self) {
-        if self.inbox.is_pending() && self.parked.load(Ordering::SeqCst) {
+        if self.inbox.is_pending() && self.wake.parked.load(Ordering::SeqCst) {
             self.wake();
         }
     }
 
     /// Wake the receive thread.
     fn wake(&self) {
-        self.alarm.wake();
+        self.wake.alarm.wake();
     }
 
     /// Install (or remove) a callback run each time new asynchronous

@@ -62,7 +62,7 @@ impl UdpDriver {
         if !polling {
             // Awake: posters need not wake the receive thread until it
             // sleeps again.
-            self.sleeping_until.store(0, Ordering::Release);
+            self.wake.sleeping_until.store(0, Ordering::Release);
         }
         let now = self.now();
         if let Some(batch) = batch {

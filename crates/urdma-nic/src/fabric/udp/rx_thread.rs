@@ -32,7 +32,7 @@ impl UdpDriver {
     /// Times the receive thread slept in the kernel and woke since the
     /// device opened.
     pub fn rx_wakeups(&self) -> u64 {
-        self.rx_wakeups.load(Ordering::Relaxed)
+        self.wake.rx_wakeups.load(Ordering::Relaxed)
     }
 
     /// Whether [`UdpDriver::stop`] was called.
@@ -50,7 +50,7 @@ impl UdpDriver {
         timeout: Option<Duration>,
         spin_until: Instant,
     ) -> std::io::Result<bool> {
-        let [wake, timer] = self.alarm.fds();
+        let [wake, timer] = self.wake.alarm.fds();
         use std::os::fd::AsRawFd;
         // A negative descriptor is ignored by poll.
         let second = self.second.as_ref().map_or(-1, |s| s.as_raw_fd());
@@ -59,7 +59,7 @@ impl UdpDriver {
         let readable = |timeout| -> std::io::Result<Option<bool>> {
             let ready = super::super::batch::wait_any(&fds, timeout)?;
             if ready & 0b110 != 0 {
-                self.alarm.clear();
+                self.wake.alarm.clear();
             }
             Ok((ready != 0).then_some(ready & 0b1001 != 0))
         };
@@ -83,16 +83,16 @@ impl UdpDriver {
         // Parked before the inbox is looked at for the last time: a device
         // that queues a datagram after that look sees `parked` and wakes
         // this thread.
-        self.parked.store(true, Ordering::SeqCst);
+        self.wake.parked.store(true, Ordering::SeqCst);
         let r = if self.inbox.is_pending() {
             readable(Some(Duration::ZERO))
         } else {
             let rest = end.map(|e| e.saturating_duration_since(Instant::now()));
             let r = readable(rest);
-            self.rx_wakeups.fetch_add(1, Ordering::Relaxed);
+            self.wake.rx_wakeups.fetch_add(1, Ordering::Relaxed);
             r
         };
-        self.parked.store(false, Ordering::SeqCst);
+        self.wake.parked.store(false, Ordering::SeqCst);
         Ok(r? == Some(true))
     }
 
@@ -133,8 +133,8 @@ impl UdpDriver {
                         d = d.min(due);
                     }
                 }
-                self.sleeping_until.store(d, Ordering::Release);
-                self.own_wake.store(d, Ordering::Release);
+                self.wake.sleeping_until.store(d, Ordering::Release);
+                self.wake.own_wake.store(d, Ordering::Release);
                 let timeout = match d {
                     u64::MAX => None,
                     d => Some(Duration::from_nanos(d.saturating_sub(self.now()).max(1000))),

@@ -22,21 +22,21 @@ impl UdpDriver {
         // sets the thread's timer when this flush ends, once the datagrams
         // are on their way (a system call a message need not wait for).
         let deadline = eng.next_deadline();
-        let armed = self.sleeping_until.load(Ordering::Acquire);
+        let armed = self.wake.sleeping_until.load(Ordering::Acquire);
         let nearer = deadline.filter(|&d| d < armed);
         // A timer set for a deadline that is gone (a message's timers,
         // stopped by its acknowledgement) would wake the sleeping thread
         // for nothing, a context switch per message of a ping-pong: it is
         // taken back, and the thread sleeps until its own deadline.
-        let own = self.own_wake.load(Ordering::Acquire);
+        let own = self.wake.own_wake.load(Ordering::Acquire);
         let gone = deadline.is_none() && armed != 0 && armed < own;
         let retimed = nearer.or(gone.then_some(own));
         if let Some(d) = retimed {
-            self.sleeping_until.store(d, Ordering::Release);
+            self.wake.sleeping_until.store(d, Ordering::Release);
         }
         let _timer = match nearer {
             Some(d) if d <= now => {
-                self.alarm.wake();
+                self.wake.alarm.wake();
                 TimerOnDrop(self, None)
             }
             _ => TimerOnDrop(self, retimed),
@@ -144,15 +144,15 @@ impl UdpDriver {
     /// needs no timer: it is stopped instead.
     pub(super) fn arm_alarm(&self, d: Option<u64>) {
         let Some(d) = d else { return };
-        let _arming = self.arming.lock().unwrap_or_else(|e| e.into_inner());
-        if self.sleeping_until.load(Ordering::Acquire) != d {
+        let _arming = self.wake.arming.lock().unwrap_or_else(|e| e.into_inner());
+        if self.wake.sleeping_until.load(Ordering::Acquire) != d {
             return;
         }
-        if d == self.own_wake.load(Ordering::Acquire) {
-            self.alarm.stop_timer();
+        if d == self.wake.own_wake.load(Ordering::Acquire) {
+            self.wake.alarm.stop_timer();
         } else {
             let after = d.saturating_sub(self.now());
-            self.alarm.wake_after(Duration::from_nanos(after));
+            self.wake.alarm.wake_after(Duration::from_nanos(after));
         }
     }
 
