@@ -187,19 +187,25 @@ impl UdpDriver {
         link_local: Option<SocketAddr>,
         mut engine: Engine,
     ) -> std::io::Result<Arc<Self>> {
-        engine.set_selective(crate::config::selective());
         engine.set_internal_peer_test(std::sync::Arc::new(|peer| loopback::lookup(peer).is_some()));
         let (socket, ecn) = make_socket(local)?;
-        engine.set_ecn(ecn);
-        // The kernel may have granted less than asked (without
-        // CAP_NET_ADMIN, at most net.core.rmem_max).
+        // The policy: the configuration's, with ECN only if the socket
+        // reports marks, and a device window no larger than the receive
+        // buffer the kernel granted (without CAP_NET_ADMIN, at most
+        // net.core.rmem_max) holds.
+        let mut policy = crate::engine::Policy {
+            selective: crate::config::selective(),
+            ecn,
+            ..engine.policy()
+        };
         if let Ok(granted) = socket2::SockRef::from(&socket).recv_buffer_size() {
             let window = crate::engine::device_window::for_receive_buffer(granted);
             if window < crate::engine::device_window::DEVICE_WINDOW {
                 tracing::debug!(granted, window, "receive buffer bounds the device window");
             }
-            engine.set_device_window(window);
+            policy.device_window = window;
         }
+        engine.set_policy(policy);
         let local = unscoped(socket.local_addr()?);
         let second = link_local.and_then(|ll| {
             let ll = SocketAddr::new(ll.ip(), local.port()).set_scope(ll);

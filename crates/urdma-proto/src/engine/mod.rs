@@ -18,6 +18,7 @@ mod ingress;
 mod local_ops;
 pub mod mw;
 mod objects;
+mod policy;
 pub(crate) mod psn;
 pub(crate) mod qp;
 mod qp_flush;
@@ -40,6 +41,7 @@ pub use objects::{
     check_recv_request, check_recv_sges, check_send_request, is_kernel_key, RecvRequest, SendData,
     SendLimits, SendRequest, SgEntry, KERNEL_KEY_TAG,
 };
+pub use policy::Policy;
 pub use qp::QpRings;
 pub use qp::MIN_ACK_TIMEOUT_NS;
 pub use requester::{CONTROLLED_QKEY, WINDOW};
