@@ -37,10 +37,15 @@ pub(super) fn server(l: TcpListener, a: &CheckArgs) -> Result<()> {
     }
 }
 
+/// How long the server waits for a connected client's Hello.
+const HELLO_PATIENCE: Duration = Duration::from_secs(30);
+
 fn serve_one(ctrl: TcpStream, udp_port: u16) -> Result<Tally> {
     let ip = ctrl.local_addr()?.ip();
     let closer = ctrl.try_clone()?;
-    ctrl.set_read_timeout(Some(Duration::from_secs(1)))?;
+    // The client opens its device (and may start its NIC agent) before
+    // it says Hello; after it, reads tick every second.
+    ctrl.set_read_timeout(Some(HELLO_PATIENCE))?;
     let mut ch = Channel::new(ctrl)?;
     let Msg::Hello {
         seed,
@@ -53,6 +58,7 @@ fn serve_one(ctrl: TcpStream, udp_port: u16) -> Result<Tally> {
     else {
         bail!("expected Hello");
     };
+    closer.set_read_timeout(Some(Duration::from_secs(1)))?;
     let qps = endpoints.len();
     let setup = (|| {
         let Some(m) = Mtu::from_bytes(mtu) else {
