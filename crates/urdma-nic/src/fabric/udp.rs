@@ -22,7 +22,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-pub use urdma_abi::netif::unscoped;
+use urdma_abi::netif::unscoped;
 
 /// Socket buffer size asked for (the kernel may grant less).
 const SOCKET_BUFFER: usize = 16 << 20;
@@ -348,11 +348,6 @@ impl UdpDriver {
         }
     }
 
-    /// Run `f` on every capture of this device's traffic.
-    fn each_capture(&self, f: impl Fn(&super::capture::Capture)) {
-        self.captures.each(f);
-    }
-
     /// Capture this device's traffic into `cap` too, until detached.
     pub fn attach_capture(&self, cap: Arc<super::capture::Capture>) {
         self.captures.attach(cap);
@@ -388,7 +383,7 @@ impl UdpDriver {
 
     /// Record (when capturing) and handle datagrams of the inbox.
     fn handle_internal(&self, eng: &mut Engine, now: u64, internal: &[(SocketAddr, Handed)]) {
-        self.each_capture(|cap| {
+        self.captures.each(|cap| {
             for (src, d) in internal {
                 if let Some(whole) = whole(&d.data, d.source.as_ref()) {
                     cap.record_internal(*src, self.local, &whole);

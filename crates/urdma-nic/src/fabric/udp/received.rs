@@ -47,7 +47,7 @@ impl UdpDriver {
         polling: bool,
     ) -> (MutexGuard<'_, Engine>, u64) {
         if let Some(batch) = batch {
-            self.each_capture(|cap| {
+            self.captures.each(|cap| {
                 for (src, data, _) in batch.iter() {
                     if let (Some(src), Some(data)) = (src, data) {
                         if !data.is_empty() {

@@ -60,7 +60,7 @@ impl UdpDriver {
         // Recorded before sending, so that no answer precedes its request
         // in the capture. A program may exit without closing its device:
         // each batch reaches the file at once.
-        self.each_capture(|cap| {
+        self.captures.each(|cap| {
             for (t, internal) in routed.all() {
                 let src = self.local_for(t.dst);
                 if !internal {
