@@ -141,14 +141,28 @@ impl DeviceStats {
     }
 }
 
-/// The name of the file the device `name` of process `pid` publishes to.
-fn stats_name(pid: u32, name: &str) -> String {
-    format!("{pid}-{name}.json")
+/// The name of the file the device of `s` publishes to. One agent may
+/// hold several devices of one name (each program names its own devices,
+/// so two programs' `urdma0` may be two addresses): the address is part
+/// of the name, with only letters, digits and dots kept from it.
+fn stats_name(s: &DeviceStats) -> String {
+    let addr: String = s
+        .addr
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{}-{}-{addr}.json", s.pid, s.device)
 }
 
-/// The file in `dir` the device `name` of process `pid` publishes to.
-fn stats_file(dir: &Path, pid: u32, name: &str) -> PathBuf {
-    dir.join(stats_name(pid, name))
+/// The file in `dir` the device of `s` publishes to.
+fn stats_file(dir: &Path, s: &DeviceStats) -> PathBuf {
+    dir.join(stats_name(s))
 }
 
 /// Write a snapshot (atomically, through a temporary file).
@@ -168,7 +182,7 @@ pub fn publish(s: &DeviceStats) -> std::io::Result<()> {
 
 fn publish_in(dir: &Path, s: &DeviceStats) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(s).map_err(std::io::Error::other)?;
-    crate::rundir::write_atomically(dir, &stats_name(s.pid, &s.device), &bytes)
+    crate::rundir::write_atomically(dir, &stats_name(s), &bytes)
 }
 
 /// Mark this process's file for the device `s` as its final counters,
@@ -182,9 +196,14 @@ fn publish_final_in(dir: &Path, mut s: DeviceStats) {
         .duration_since(std::time::UNIX_EPOCH)
         .ok()
         .map(|d| d.as_secs());
-    let mine = stats_file(dir, s.pid, &s.device);
+    let mine = stats_file(dir, &s);
     for (path, o, _) in read_files(dir, crate::rundir::euid()) {
-        if path != mine && o.device == s.device && o.addr == s.addr && !process_alive(o.pid) {
+        if path != mine
+            && o.device == s.device
+            && o.addr == s.addr
+            && o.netns == s.netns
+            && !process_alive(o.pid)
+        {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -261,7 +280,9 @@ fn read_all_of(dirs: &[(PathBuf, u32)]) -> Vec<Published> {
     });
     let mut v: Vec<Published> = v.into_iter().map(|(p, _)| p).collect();
     let mut seen = std::collections::HashSet::new();
-    v.retain(|p| p.live || seen.insert((p.stats.device.clone(), p.stats.addr.clone())));
+    v.retain(|p| {
+        p.live || seen.insert((p.stats.device.clone(), p.stats.addr.clone(), p.stats.netns))
+    });
     v
 }
 
@@ -332,13 +353,13 @@ mod tests {
         assert_eq!(all[0].stats.pid, me);
         assert!(!all[0].live && all[0].stats.closed_at.is_some());
         assert_eq!(all[1].stats.pid, dead + 2);
-        assert!(!dir.join(format!("{dead}-urdma0.json")).exists());
+        assert!(!stats_file(&dir, &stats(dead, "urdma0", Some(1))).exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Write `s` to its file in `dir`, last modified `age` seconds ago.
     fn write_aged(dir: &Path, age: u64, s: &DeviceStats) {
-        let path = stats_file(dir, s.pid, &s.device);
+        let path = stats_file(dir, s);
         std::fs::write(&path, serde_json::to_vec(s).unwrap()).unwrap();
         let at = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
         std::fs::File::options()
@@ -346,6 +367,24 @@ mod tests {
             .open(&path)
             .and_then(|f| f.set_modified(at))
             .unwrap();
+    }
+
+    #[test]
+    fn devices_of_one_name_on_two_addresses_keep_two_records() {
+        let dir = std::env::temp_dir().join(format!("urdma-stats-names-{}", std::process::id()));
+        crate::rundir::ensure_dir(&dir).unwrap();
+        let me = std::process::id();
+        let mut other = stats(me, "urdma0", None);
+        other.addr = "[fe80::1%2]:4791".into();
+        publish_final_in(&dir, stats(me, "urdma0", None));
+        publish_final_in(&dir, other);
+        let mut addrs: Vec<String> = read_all_in(&dir)
+            .into_iter()
+            .map(|p| p.stats.addr)
+            .collect();
+        addrs.sort();
+        assert_eq!(addrs, ["127.0.0.1:4791", "[fe80::1%2]:4791"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
