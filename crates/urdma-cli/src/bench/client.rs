@@ -68,10 +68,13 @@ pub fn run(ctrl: TcpStream, data: TcpStream, p: &Params, plan: &Plan) -> Result<
     let mut ch = Channel::new(ctrl)?;
     data.set_nodelay(true)?;
     let s = Session::connect(ip, p, &mut ch, true)?;
+    // The path MTU the QP runs at: the smallest of --mtu and both ports'
+    // (a 1500-byte link gives 1024 whatever --mtu asks).
+    let mtu = s.qp.query()?.path_mtu;
     let report = Report::new(
         s.dev.local_addr().ip().to_string(),
         s.peer_ip(),
-        p.mtu.bytes(),
+        mtu.bytes(),
         p.depth,
     );
     let per_op = usize::from(plan.bw) + usize::from(plan.lat);
@@ -87,12 +90,17 @@ pub fn run(ctrl: TcpStream, data: TcpStream, p: &Params, plan: &Plan) -> Result<
         json: plan.json,
         report,
     };
+    let asked = if mtu == p.mtu {
+        String::new()
+    } else {
+        format!(" (--mtu {})", p.mtu.bytes())
+    };
     c.say(&format!(
-        "urdma bench: {} -> {} (UDP port {}), RC, path MTU {}, {} outstanding WRs",
+        "urdma bench: {} -> {} (UDP port {}), RC, path MTU {}{asked}, {} outstanding WRs",
         c.report.client,
         c.report.server,
         p.udp_port,
-        p.mtu.bytes(),
+        mtu.bytes(),
         p.depth
     ));
     if plan.bw {
