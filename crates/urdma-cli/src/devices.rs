@@ -94,7 +94,13 @@ fn print_device(cfg: &DeviceConfig, verbose: bool, published: &[Published]) {
     println!("\t\tport:\t1");
     println!("\t\t\tstate:\t\t\tPORT_ACTIVE (4)");
     println!("\t\t\tmax_mtu:\t\t4096 (5)");
-    println!("\t\t\tactive_mtu:\t\t4096 (5)");
+    // The interface's MTU sets the port's, as the device has it when it
+    // opens (a 1500-byte link: 1024).
+    println!(
+        "\t\t\tactive_mtu:\t\t{} ({})",
+        a.port_mtu.bytes(),
+        a.port_mtu as u8
+    );
     println!("\t\t\tsm_lid:\t\t\t0");
     println!("\t\t\tport_lid:\t\t0");
     println!("\t\t\tport_lmc:\t\t0x00");
