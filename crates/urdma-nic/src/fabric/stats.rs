@@ -144,17 +144,18 @@ impl DeviceStats {
 /// The name of the file the device of `s` publishes to. One agent may
 /// hold several devices of one name (each program names its own devices,
 /// so two programs' `urdma0` may be two addresses): the address is part
-/// of the name, with only letters, digits and dots kept from it.
+/// of the name, its `:` written `_`, its `%` written `-` and the brackets
+/// of an IPv6 address left out, so that no two addresses share a name.
 fn stats_name(s: &DeviceStats) -> String {
     let addr: String = s
         .addr
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' {
-                c
-            } else {
-                '_'
-            }
+        .filter_map(|c| match c {
+            '[' | ']' => None,
+            ':' => Some('_'),
+            '%' => Some('-'),
+            c if c.is_ascii_alphanumeric() || c == '.' => Some(c),
+            _ => Some('_'),
         })
         .collect();
     format!("{}-{}-{addr}.json", s.pid, s.device)
@@ -370,20 +371,26 @@ mod tests {
     }
 
     #[test]
-    fn devices_of_one_name_on_two_addresses_keep_two_records() {
+    fn devices_of_one_name_keep_a_record_per_address() {
         let dir = std::env::temp_dir().join(format!("urdma-stats-names-{}", std::process::id()));
         crate::rundir::ensure_dir(&dir).unwrap();
         let me = std::process::id();
-        let mut other = stats(me, "urdma0", None);
-        other.addr = "[fe80::1%2]:4791".into();
+        let mut scoped = stats(me, "urdma0", None);
+        scoped.addr = "[fe80::1%2]:4791".into();
+        let mut unscoped = stats(me, "urdma0", None);
+        unscoped.addr = "[fe80::1:2]:4791".into();
         publish_final_in(&dir, stats(me, "urdma0", None));
-        publish_final_in(&dir, other);
+        publish_final_in(&dir, scoped);
+        publish_final_in(&dir, unscoped);
         let mut addrs: Vec<String> = read_all_in(&dir)
             .into_iter()
             .map(|p| p.stats.addr)
             .collect();
         addrs.sort();
-        assert_eq!(addrs, ["127.0.0.1:4791", "[fe80::1%2]:4791"]);
+        assert_eq!(
+            addrs,
+            ["127.0.0.1:4791", "[fe80::1%2]:4791", "[fe80::1:2]:4791"]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
