@@ -31,6 +31,17 @@ fn asynchronous() -> &'static SigSet {
     })
 }
 
+/// Let a write to a closed pipe end this process quietly, as it ends a C
+/// command (`urdma devices | head`). Rust starts with SIGPIPE ignored, so
+/// `println!` to a closed pipe panics. Only for commands that write to
+/// their output and hold no socket a peer can close.
+pub fn default_sigpipe() {
+    // SAFETY: SIG_DFL installs no handler, so no code of ours can run in
+    // signal context; the caller is a printing command with no socket.
+    let _ =
+        unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+}
+
 /// Block the asynchronous signals in the calling thread for good: the
 /// first call of a helper thread that runs inside a program's process.
 pub fn block_in_helper_thread() {

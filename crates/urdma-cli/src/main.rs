@@ -52,10 +52,16 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let r = match cli.command {
-        Command::Devices(a) => devices::run(&a),
+        Command::Devices(a) => {
+            urdma::sig::default_sigpipe();
+            devices::run(&a)
+        }
         Command::Bench(a) => bench::run(&a),
         Command::Check(a) => check::run(&a),
-        Command::Stat(a) => stat::run(&a),
+        Command::Stat(a) => {
+            urdma::sig::default_sigpipe();
+            stat::run(&a)
+        }
         Command::Run(a) => run::run(&a),
         Command::Agent(a) => agent::run(&a),
         Command::CmEcho(a) => cm_echo::run(&a),
